@@ -181,16 +181,17 @@ describe('pnpm start, NATS embedded', () => {
     const natsUrl = `nats://127.0.0.1:${ports.nats}`;
     expect(await platform.untilPrinted(`nats: ${natsUrl}`)).toContain('(daemons: nats_url');
     const dataDir = platform.dataDir;
-    // The server admits no one without a user, and a platform service's user may not write a daemon's heartbeats.
+    // The server admits no one without a user; the registry's user hears the heartbeats it serves (and every service
+    // came up healthy with its own user: its streams and durable consumers, nothing more).
     await expect(connect({ servers: natsUrl, maxReconnectAttempts: 0 })).rejects.toThrow(/authoriz/i);
-    const billing = await connect({
+    const registry = await connect({
       servers: natsUrl,
-      authenticator: fileCredentials(path.join(dataDir, 'nats', 'creds', 'billing.creds')),
+      authenticator: fileCredentials(path.join(dataDir, 'nats', 'creds', 'provider-registry.creds')),
     });
     try {
       const beats: string[] = [];
-      billing.subscribe('registry.heartbeats.>', { callback: (_e, m) => void beats.push(m.subject) });
-      await billing.flush();
+      registry.subscribe('registry.heartbeats.>', { callback: (_e, m) => void beats.push(m.subject) });
+      await registry.flush();
       // A provider and their daemon's machine client, made as a provider makes one.
       const gateway = `http://127.0.0.1:${ports.gateway}`;
       const json = { 'content-type': 'application/json' };
@@ -241,7 +242,7 @@ describe('pnpm start, NATS embedded', () => {
       expect(Date.now() - Date.parse(record.last_seen_at)).toBeLessThan(10_000);
       expect(daemon.log.filter((l) => l.includes('sending it over HTTP'))).toEqual([]);
     } finally {
-      await billing.close();
+      await registry.close();
     }
   });
 });

@@ -8,9 +8,17 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, credsAuthenticator, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileCredentials, PLATFORM_NATS_USERS, parseNatsIssuer, parseNatsTrust, writeNatsSetup } from '../src/index.ts';
+import {
+  fileCredentials,
+  PLATFORM_NATS_USERS,
+  parseNatsIssuer,
+  parseNatsTrust,
+  serviceInboxPrefix,
+  writeNatsSetup,
+} from '../src/index.ts';
 import { createNatsTrust, natsUserCreds } from '../src/messaging/nats-auth.ts';
 import { connectAsDaemon, firstStatus, testEnv } from '../src/testing/index.ts';
 
@@ -148,6 +156,70 @@ describe('NATS in operator mode', () => {
       await storage.flush();
     } finally {
       for (const nc of [registry, storage, daemon]) await nc.close().catch(() => {});
+    }
+  });
+
+  it("holds a daemon's messages to 256 KiB: the server tells its client so, which refuses a larger one", async () => {
+    const [owner, client] = [randomUUID(), randomUUID()];
+    const daemon = await connectAsDaemon({ owner, client });
+    try {
+      expect(daemon.info?.max_payload).toBe(256 * 1024);
+      // On its own subject, where it may publish.
+      const own = `registry.heartbeats.${owner}.${client}.${randomUUID()}`;
+      expect(() => daemon.publish(own, new Uint8Array(300 * 1024))).toThrow(/max_payload/);
+      daemon.publish(own, new Uint8Array(200 * 1024));
+      await daemon.flush();
+    } finally {
+      await daemon.close().catch(() => {});
+    }
+  });
+
+  it("keeps each service to its own streams, consumers and inbox: no purge, no other's consumer, no other's answers", async () => {
+    const violations: string[] = [];
+    const as = async (name: keyof typeof PLATFORM_NATS_USERS) => {
+      const nc = await connect({
+        servers: testEnv.natsUrl,
+        authenticator: credsAuthenticator(
+          new TextEncoder().encode(await natsUserCreds(trust(), name, { permissions: PLATFORM_NATS_USERS[name] })),
+        ),
+        inboxPrefix: serviceInboxPrefix(name),
+        maxReconnectAttempts: 0,
+      });
+      void (async () => {
+        for await (const s of nc.status()) {
+          if (s.type === 'error') violations.push(`${name}: ${(s.error as Error).message}`);
+        }
+      })();
+      return nc;
+    };
+    const billing = await as('billing');
+    const storage = await as('storage');
+    const refused = (what: RegExp) =>
+      expect.poll(() => violations.filter((v) => what.test(v)), { timeout: 5000 }).toHaveLength(1);
+    try {
+      // Billing reads its own consumer's API (answered on its own inbox: nothing there yet, but answered).
+      const jsm = await jetstreamManager(billing);
+      await expect(jsm.consumers.info('BILLING_USAGE', 'billing-usage')).rejects.toThrow(/not found/);
+      // Storage may neither purge nor delete billing's usage stream, nor read billing's consumer, nor ask JetStream
+      // to make a consumer of its own on it.
+      for (const subject of [
+        '$JS.API.STREAM.PURGE.BILLING_USAGE',
+        '$JS.API.STREAM.DELETE.BILLING_USAGE',
+        '$JS.API.CONSUMER.MSG.NEXT.BILLING_USAGE.billing-usage',
+        '$JS.API.CONSUMER.CREATE.BILLING_USAGE.spy',
+      ]) {
+        storage.publish(subject, '{}');
+        await refused(
+          new RegExp(`storage: .*publish to "${subject.replaceAll('$', '\\$').replaceAll('.', '\\.')}"`, 'i'),
+        );
+      }
+      // Nor listen to another's answers, or to every inbox.
+      for (const subject of [`${serviceInboxPrefix('billing')}.>`, '_INBOX.>']) {
+        storage.subscribe(subject);
+        await refused(new RegExp(`storage: .*subscription to "${subject.replaceAll('.', '\\.')}"`, 'i'));
+      }
+    } finally {
+      for (const nc of [billing, storage]) await nc.close().catch(() => {});
     }
   });
 });

@@ -217,9 +217,13 @@ export const authConfigSchema = z.object({
       setup_dir: z.string().default(''),
       /** How long an issued user lives (the daemon asks for the next one before). */
       user_ttl: zDuration().default('15m'),
-      /** The subject prefixes a daemon's user may publish under: the registry's heartbeats, billing's usage. */
+      /**
+       * The subject prefixes a daemon's user may publish under: the registry's heartbeats, billing's usage requests
+       * (billing's `messaging.subjects.usage_reports`). No stream may capture them: nats-server sends a stream's
+       * acknowledgement to whatever reply subject the publisher names.
+       */
       heartbeat_subject: z.string().min(1).default('registry.heartbeats'),
-      usage_subject: z.string().min(1).default('billing.usage'),
+      usage_reports_subject: z.string().min(1).default('billing.usage-reports'),
       /** The subject prefix of billing's nudges to machines, which a daemon's user may subscribe to for its owner. */
       nudge_subject: z.string().min(1).default('billing.events.machine'),
     })

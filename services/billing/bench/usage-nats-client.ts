@@ -3,20 +3,23 @@
  * the service's: publishes `messages` usage reports to JetStream, round robin over the sessions, up to 256 publishes
  * awaiting their acknowledgement at once. One report per message on `<prefix>.<session_id>` with the daemon's
  * `Authorization` header; or, with `identity`, as a daemon holding the NATS user auth issues it: `perMessage` reports
- * in one message (`{reports: [...]}`: a daemon of an 8-GPU machine with 8 rentals) on
- * `<prefix>.<owner ID>.<client ID>.<machine>`, no token. One message in 20 is published a second time under another
- * message ID (a daemon's retry of the same reports: their `message_id`s de-duplicate them in the service). Reads its
+ * in one core NATS request (`{reports: [...]}`: a daemon of an 8-GPU machine with 8 rentals) on
+ * `<reportsPrefix>.<owner ID>.<client ID>.<machine>`, no token, each awaiting billing's answer (given once applied).
+ * One message in 20 is sent a second time (under another message ID: a daemon's retry of the same reports, whose
+ * `message_id`s de-duplicate them in the service). Reads its
  * job as JSON on stdin, prints `start` when it begins publishing, then its counts and the CPU it used as JSON on
  * stdout.
  */
 import { randomUUID } from 'node:crypto';
-import { connectPublisher, type NatsPublisher } from '@gpu/common';
+import { connectPublisher, daemonInboxPrefix, type NatsPublisher } from '@gpu/common';
 
 interface Job {
   natsUrl: string;
   /** The `.creds` file to connect with (the test server runs in operator mode). */
   natsCredentials: string;
   prefix: string;
+  /** The prefix of usage requests (with `identity`). */
+  reportsPrefix?: string;
   sessions: string[];
   /** Reports in all (unique). */
   messages: number;
@@ -34,10 +37,22 @@ const publisher = (await connectPublisher({
   url: job.natsUrl,
   credentials: job.natsCredentials,
   name: 'billing-bench-load',
+  // Answers come only to the daemon client's own inbox.
+  ...(job.identity ? { inboxPrefix: daemonInboxPrefix(job.identity.client) } : {}),
 })) as NatsPublisher;
 const headers: Record<string, string> = job.identity ? {} : { Authorization: job.authorization };
 const perMessage = job.identity ? (job.perMessage ?? 1) : 1;
 const machine = randomUUID();
+
+/** A usage request, resolved once billing answered that every report in it was applied (or was a duplicate). */
+async function request(subject: string, body: object): Promise<void> {
+  const answer = (await publisher.connection.request(subject, JSON.stringify(body), { timeout: 120_000 })).json<{
+    results?: { status: number }[];
+  }>();
+  if (!answer.results?.every((r) => r.status === 200 || r.status === 201)) {
+    throw new Error(`billing did not apply a usage request: ${JSON.stringify(answer).slice(0, 300)}`);
+  }
+}
 
 const report = (n: number) => ({
   session_id: job.sessions[n % job.sessions.length]!,
@@ -55,23 +70,25 @@ const pending: Promise<unknown>[] = [];
 for (let n = 0; n < job.messages; n += perMessage) {
   let subject: string;
   let body: object;
-  if (job.identity && perMessage > 1) {
+  if (job.identity) {
     const reports = [];
     for (let k = n; k < Math.min(n + perMessage, job.messages); k++) reports.push(report(k));
-    subject = `${job.prefix}.${job.identity.owner}.${job.identity.client}.${machine}`;
+    subject = `${job.reportsPrefix}.${job.identity.owner}.${job.identity.client}.${machine}`;
     body = { reports };
   } else {
     const m = report(n);
-    subject = job.identity
-      ? `${job.prefix}.${job.identity.owner}.${job.identity.client}.${m.session_id}`
-      : `${job.prefix}.${m.session_id}`;
+    subject = `${job.prefix}.${m.session_id}`;
     body = m;
   }
   const count = 'reports' in body ? (body.reports as unknown[]).length : 1;
-  pending.push(publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}`, headers }));
+  const send = (retry: boolean) =>
+    job.identity
+      ? request(subject, body)
+      : publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}${retry ? '-retry' : ''}`, headers });
+  pending.push(send(false));
   sent += count;
   if (messages % 20 === 0) {
-    pending.push(publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}-retry`, headers }));
+    pending.push(send(true));
     sent += count;
   }
   messages++;

@@ -337,9 +337,10 @@ async function httpLoad(batch: number, prefix: string): Promise<Run> {
 }
 
 /**
- * Publishes NATS_MESSAGES reports from the NATS load generator (bench/usage-nats-client.ts) and waits for their records:
- * one per message with the daemon's token, or `perMessage` per message on subjects naming the sender, no token (the
- * consumer's `subjectIdentity`; as a daemon holding its NATS user sends them).
+ * Sends NATS_MESSAGES reports from the NATS load generator (bench/usage-nats-client.ts) and waits for their records:
+ * one per JetStream message with the daemon's token, or `perMessage` per core NATS request on subjects naming the
+ * sender, no token (the consumer's `subjectIdentity`; as a daemon holding its NATS user sends them), each answered
+ * once applied.
  */
 async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
   const identity = perMessage > 0;
@@ -347,6 +348,7 @@ async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
     `NATS: ${NATS_MESSAGES.toLocaleString('en')} reports${identity ? `, ${perMessage} a message, subjects naming the sender` : ''}`,
   );
   const subjects = 'bench.usage';
+  const reportsPrefix = 'bench.usage-reports';
   const stream = `BENCH_USAGE_${Date.now()}`;
   const consumer = await startUsageConsumer({
     connection: natsConnection.connection,
@@ -354,6 +356,7 @@ async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
     verifier: app.tokenVerifier,
     prefix: subjects,
     subjectIdentity: identity,
+    reportsPrefix,
     logger,
     stream,
   });
@@ -366,6 +369,7 @@ async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
     natsUrl: testEnv.natsUrl,
     natsCredentials: testEnv.natsCredentials,
     prefix: subjects,
+    reportsPrefix,
     sessions,
     messages: NATS_MESSAGES,
     idPrefix: prefix,
@@ -385,11 +389,13 @@ async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
   );
   // Timed from the first publish until the consumer has acknowledged every message, which it does once the
   // message's transaction has committed. Progress is read from NATS (the consumer's ack floor), not by counting
-  // records: a count(*) every 100 ms would load the database it measures.
+  // records: a count(*) every 100 ms would load the database it measures. Requests: until the last is answered (each
+  // once its reports committed).
   const jsm = await jetstreamManager(natsConnection.connection);
   const unique = Math.ceil(NATS_MESSAGES / Math.max(1, perMessage));
   const expected = unique + Math.ceil(unique / 20);
-  for (;;) {
+  if (identity) await publishing.catch(() => {});
+  for (; !identity; ) {
     await new Promise((r) => setTimeout(r, 100));
     if (started === 0) {
       if (exited) break;
@@ -615,9 +621,10 @@ generator that is a separate Node process on the same machine; first one report 
 ${HTTP_BATCH} rentals of an ${HTTP_BATCH}-GPU machine). NATS: ${NATS_MESSAGES.toLocaleString('en')} JetStream publishes
 from a publisher in a separate Node process, consumed by the service's durable consumer (up to 512 in hand), timed
 from the first publish until every message is acknowledged (after its transaction commits); first one report per
-message with the daemon's token, then ${HTTP_BATCH} reports per message (\`{reports: [...]}\`) on subjects that name their
-sender (\`<prefix>.<owner ID>.<client ID>.<machine>\`, no token: the consumer's \`subject_identity\`, as a daemon holding
-the NATS user auth issues it sends them; the requests column counts its messages). One request or message in 20 is
+message with the daemon's token, then ${HTTP_BATCH} reports per core NATS request (\`{reports: [...]}\`, no stream) on
+subjects that name their sender (\`<usage_reports>.<owner ID>.<client ID>.<machine>\`, no token: billing's
+\`subject_identity\`, as a daemon holding the NATS user auth issues it sends them, each answered once applied; the
+requests column counts its requests). One request or message in 20 is
 sent twice (a retry). Load generator,
 service, PostgreSQL (fsync off) and NATS share the machine's ${os.cpus().length} cores.
 CPU columns: milliseconds of CPU per unique update in the counted run, by process (load = the load generator;
@@ -628,7 +635,7 @@ machine = every process on the machine, other users included); cores busy = the 
 ${row('HTTP, 1 report per request', single, TARGET_SINGLE, true)}
 ${row(`HTTP, ${HTTP_BATCH} reports per request`, batched, TARGET_BATCHED, true)}
 ${row('NATS', nats, TARGET_BATCHED, false)}
-${row(`NATS, ${HTTP_BATCH} reports per message on subjects naming the sender (no token)`, natsBatched, TARGET_FLEET, true)}
+${row(`NATS, ${HTTP_BATCH} reports per request on subjects naming the sender (no token, no stream)`, natsBatched, TARGET_FLEET, true)}
 
 Direct replay, same run: the statements the service sends for a batch of the row's mean size (its updates over its
 transactions in the counted run), captured from a real batch and sent through a bare \`pg\` pool by
@@ -643,7 +650,7 @@ validation, access, billing's plan, the driver, the load generator).
 ${directRow('HTTP, 1 report per request', single, directSingle)}
 ${directRow(`HTTP, ${HTTP_BATCH} reports per request`, batched, directBatched)}
 ${directRow('NATS', nats, directNats)}
-${directRow(`NATS, ${HTTP_BATCH} reports per message`, natsBatched, directNatsBatched)}
+${directRow(`NATS, ${HTTP_BATCH} reports per request`, natsBatched, directNatsBatched)}
 
 Exactly once: ${exactlyOnce ? '**yes**' : '**NO**'} (usage records = unique updates). Ledger afterwards:
 ${balanced ? '**balanced**' : '**BROKEN**'} (${c.badBalance} balance mismatches, ${c.negative} negative, accounts sum to

@@ -152,6 +152,7 @@ export async function startBackground(
           verifier,
           prefix: config.messaging.subjects.usage,
           subjectIdentity: config.messaging.subject_identity,
+          reportsPrefix: config.messaging.subjects.usage_reports,
           stream: config.messaging.usage_stream,
           durable: config.messaging.usage_consumer,
           ackWaitMs: durationMs(config.messaging.usage_ack_wait),

@@ -287,8 +287,9 @@ export const billingConfigSchema = z.object({
    * stream of billing's events), `subjects.events` (prefix of payment and session events: `<prefix>.<kind>`) and
    * `subjects.usage` (prefix of usage updates into billing: `<prefix>.<session_id>`), `subjects.provider_status`
    * (the registry's provider status changes, read to end an offline provider's sessions), `subjects.storage_usage`
-   * (prefix of the storage service's usage reports: `<prefix>.<user_id>`); `enabled: false` turns
-   * messaging off with a URL set.
+   * (prefix of the storage service's usage reports: `<prefix>.<user_id>`), `subjects.usage_reports` (prefix of the
+   * usage reports daemons holding a NATS user of their own send as requests, `<prefix>.<owner>.<client>.<provider>`:
+   * with `subject_identity` only; never captured by a stream); `enabled: false` turns messaging off with a URL set.
    */
   messaging: z
     .object({
@@ -299,6 +300,7 @@ export const billingConfigSchema = z.object({
           usage: 'billing.usage',
           provider_status: 'registry.providers.status',
           storage_usage: 'storage.usage',
+          usage_reports: 'billing.usage-reports',
         },
       }),
       enabled: zBool().default(true),
@@ -318,12 +320,25 @@ export const billingConfigSchema = z.object({
       /** Billing's durable consumer of the storage service's usage reports on it. */
       storage_usage_consumer: z.string().min(1).default('billing-storage-usage'),
       /**
-       * Take usage reports on `<usage>.<owner ID>.<client ID>.<session ID>` as sent by that owner's daemon client, with
-       * no token: only for a NATS server in operator mode where daemons hold the users auth issues.
+       * Take usage reports on `<usage_reports>.<owner ID>.<client ID>.<provider ID>` as sent by that owner's daemon
+       * client, with no token: only for a NATS server in operator mode where daemons hold the users auth issues.
        */
       ...subjectIdentityShape(),
     })
     .superRefine(checkSubjectIdentity)
+    .superRefine((m, ctx) => {
+      // A stream acknowledges onto whatever reply subject a publisher names: daemons' requests stay out of streams.
+      const reports = m.subjects.usage_reports;
+      for (const captured of [m.subjects.usage, m.subjects.events]) {
+        if (reports === captured || reports.startsWith(`${captured}.`)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['subjects', 'usage_reports'],
+            message: `must not be under ${captured}, which a stream captures`,
+          });
+        }
+      }
+    })
     .prefault({}),
 });
 

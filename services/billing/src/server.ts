@@ -14,6 +14,7 @@ import {
   connectPublisher,
   Outbox,
   runService,
+  serviceInboxPrefix,
   serviceLogger,
   startOrExit,
   startTracing,
@@ -61,6 +62,8 @@ startOrExit(async () => {
   const nats = await connectPublisher({
     url: config.messaging.enabled ? config.messaging.nats_url : '',
     credentials: config.messaging.nats_credentials,
+    // Its answers on an inbox of its own, which its NATS user alone may read (PLATFORM_NATS_USERS).
+    inboxPrefix: serviceInboxPrefix('billing'),
     name: SERVICE_NAME,
     stream: { name: config.messaging.stream, subjects: [`${config.messaging.subjects.events}.>`] },
     logger,

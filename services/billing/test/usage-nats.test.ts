@@ -42,14 +42,18 @@ const usageReport = (session: string, messageId: string) => ({
   message_id: messageId,
 });
 
-/** Billing's usage consumer taking subjects that name their sender (`subject_identity`), on a stream of the test's. */
-const identityConsumer = (prefix: string, suffix: string) =>
+/**
+ * Billing's usage consumer on a stream of the test's, taking daemons' requests on subjects that name their sender too
+ * (`subject_identity`).
+ */
+const identityConsumer = (prefix: string, suffix: string, reportsPrefix: string) =>
   startUsageConsumer({
     connection: publisher.connection,
     ctx: h.ctx,
     verifier: h.app.tokenVerifier,
     prefix,
     subjectIdentity: true,
+    reportsPrefix,
     logger: createLogger({ service: 'billing-test', instanceId: 't', level: 'silent' }),
     stream: `USAGE_${suffix}`,
     durable: 'billing-usage',
@@ -221,9 +225,9 @@ describe('usage over NATS', () => {
     await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
   });
 
-  it("takes a report whose subject names its sender, with no token, from the daemon's own NATS user only", async () => {
+  it("takes requests whose subject names their sender, with no token, from the daemon's own NATS user only", async () => {
     const suffix = crypto.randomUUID().slice(0, 8);
-    const prefix = `test.usage.${suffix}`;
+    const reportsPrefix = `test.usage-reports.${suffix}`;
     const renter = await h.issuer.user(['renter']);
     const owner = await h.issuer.user(['provider']);
     const daemon = await h.issuer.client('daemon', owner.id);
@@ -232,43 +236,63 @@ describe('usage over NATS', () => {
     const p = await ownedParties(h, '10', renter.id, owner.id);
     const id = (await start(h, startBody(p, H100_X1))).json().session.id;
     clock.advance(2 * 60_000);
-    const body = (messageId: string) => JSON.stringify(usageReport(id, messageId));
+    const body = (messageId: string) => JSON.stringify({ reports: [usageReport(id, messageId)] });
     // The NATS user auth issues the daemon: it may publish only on its own owner's and its own client's subjects.
-    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: prefix });
-    const consumer = await identityConsumer(prefix, suffix);
+    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: reportsPrefix });
+    const consumer = await identityConsumer(`test.usage.${suffix}`, suffix, reportsPrefix);
     try {
-      const refused = (async () => {
-        for await (const s of own.status()) if (s.type === 'error') return s;
+      const violations: unknown[] = [];
+      void (async () => {
+        for await (const s of own.status()) if (s.type === 'error') violations.push(s.error);
       })();
-      // Its own subject, no token: applied. Another owner's subject: the server refuses it.
-      own.publish(`${prefix}.${owner.id}.${daemon.id}.${id}`, body('own'));
-      const theirs = `${prefix}.${stranger.id}.${strangerDaemon.id}.${id}`;
+      const refused = (subject: string) =>
+        until(
+          async () => violations,
+          (v) => v.some((e) => (e as { subject?: string }).subject === subject),
+        ).then((v) => v.find((e) => (e as { subject?: string }).subject === subject));
+      // Its own subject, no token: applied, and answered once applied; again: a duplicate.
+      const machine = crypto.randomUUID();
+      const mine = `${reportsPrefix}.${owner.id}.${daemon.id}.${machine}`;
+      expect((await own.request(mine, body('own'), { timeout: 10_000 })).json()).toEqual({
+        results: [{ status: 201 }],
+      });
+      expect((await records(id)).map((r) => r.message_id)).toEqual(['own']);
+      expect((await own.request(mine, body('own'), { timeout: 10_000 })).json()).toEqual({
+        results: [{ status: 200 }],
+      });
+      // Another owner's subject: the server refuses it.
+      const theirs = `${reportsPrefix}.${stranger.id}.${strangerDaemon.id}.${machine}`;
       own.publish(theirs, body('theirs'));
-      expect(await refused).toMatchObject({ error: { name: 'PermissionViolationError', subject: theirs } });
-      await own.flush();
-      // A platform user may publish anywhere: as another owner's daemon it is refused by the session's rule.
-      await publisher.publish(theirs, JSON.parse(body('stranger')), { msgId: 'stranger' });
+      expect(await refused(theirs)).toMatchObject({ name: 'PermissionViolationError', subject: theirs });
+      // A platform user may publish anywhere: as another owner's daemon it is refused by the session's rule, and
+      // answered nowhere but that daemon's own inbox (its own is not).
+      const forged = await publisher.connection.request(theirs, body('stranger'), { timeout: 1_000 }).then(
+        () => 'answered',
+        (err: Error) => err.name,
+      );
+      expect(forged).not.toBe('answered');
       const rejected = consumer.metrics[0]!;
       const counts = async () =>
         Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
       await until(counts, (c) => (c.forbidden ?? 0) >= 1);
-      await until(
-        () => records(id),
-        (r) => r.length >= 1,
-      );
       expect((await records(id)).map((r) => r.message_id)).toEqual(['own']);
       expect(await counts()).toEqual({ forbidden: 1 });
+      // No daemon's user may publish into a stream (whose acknowledgement would go wherever it says): not the usage
+      // stream's subjects, even for its own session.
+      const streamed = `test.usage.${suffix}.${id}`;
+      own.publish(streamed, JSON.stringify(usageReport(id, 'streamed')), { reply: `${reportsPrefix}.x` });
+      expect(await refused(streamed)).toMatchObject({ name: 'PermissionViolationError', subject: streamed });
     } finally {
       await consumer.stop();
-      await own.close();
+      await own.close().catch(() => {});
     }
     const { jetstreamManager } = await import('@nats-io/jetstream');
     await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
   });
 
-  it("applies several reports in one message on its sender's subject, each alone: a stranger's session refused", async () => {
+  it("applies several reports in one request on its sender's subject, each alone: a stranger's session refused", async () => {
     const suffix = crypto.randomUUID().slice(0, 8);
-    const prefix = `test.usage.${suffix}`;
+    const reportsPrefix = `test.usage-reports.${suffix}`;
     const owner = await h.issuer.user(['provider']);
     const daemon = await h.issuer.client('daemon', owner.id);
     const stranger = await h.issuer.user(['provider']);
@@ -281,29 +305,31 @@ describe('usage over NATS', () => {
     const theirs = await rent(stranger.id);
     clock.advance(2 * 60_000);
     const report = usageReport;
-    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: prefix });
-    const consumer = await identityConsumer(prefix, suffix);
+    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: reportsPrefix });
+    const consumer = await identityConsumer(`test.usage.${suffix}`, suffix, reportsPrefix);
     try {
-      const machine = crypto.randomUUID();
-      own.publish(
-        `${prefix}.${owner.id}.${daemon.id}.${machine}`,
-        JSON.stringify({ reports: [report(first, 'a'), report(theirs, 'b'), report(second, 'c')] }),
-      );
-      // The same shape on a subject that names no sender (no NATS user vouched for it): dropped as malformed.
-      await publisher.publish(`${prefix}.${first}`, { reports: [report(first, 'd')] }, { msgId: 'd' });
-      await own.flush();
-      const rejected = consumer.metrics[0]!;
-      const counts = async () =>
-        Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
-      await until(counts, (c) => (c.forbidden ?? 0) >= 1 && (c.malformed ?? 0) >= 1);
-      await until(
-        () => records(second),
-        (r) => r.length >= 1,
-      );
+      const subject = `${reportsPrefix}.${owner.id}.${daemon.id}.${crypto.randomUUID()}`;
+      const ask = async (payload: unknown) =>
+        (await own.request(subject, JSON.stringify(payload), { timeout: 10_000 })).json<Record<string, unknown>>();
+      const answer = await ask({ reports: [report(first, 'a'), report(theirs, 'b'), report(second, 'c')] });
+      expect(answer).toEqual({
+        results: [
+          { status: 201 },
+          { status: 403, code: 'NOT_SESSION_PROVIDER', detail: expect.any(String) },
+          { status: 201 },
+        ],
+      });
       expect((await records(first)).map((r) => r.message_id)).toEqual(['a']);
       expect((await records(second)).map((r) => r.message_id)).toEqual(['c']);
       expect(await records(theirs)).toEqual([]);
-      expect(await counts()).toEqual({ forbidden: 1, malformed: 1 });
+      // Not a request of reports (one report alone, or none): refused whole, nothing applied.
+      for (const malformed of [report(first, 'd'), { reports: [] }]) {
+        expect(await ask(malformed)).toMatchObject({ problem: { status: 400, code: 'MALFORMED_USAGE_MESSAGE' } });
+      }
+      expect((await records(first)).map((r) => r.message_id)).toEqual(['a']);
+      const rejected = consumer.metrics[0]!;
+      const counts = Object.fromEntries((await rejected.get()).values.map((v) => [String(v.labels.reason), v.value]));
+      expect(counts).toEqual({ forbidden: 1, malformed: 2 });
     } finally {
       await consumer.stop();
       await own.close();

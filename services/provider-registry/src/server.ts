@@ -11,6 +11,7 @@ import {
   databaseOptions,
   openDatabase,
   runService,
+  serviceInboxPrefix,
   serviceLogger,
   startOrExit,
   startTracing,
@@ -42,6 +43,8 @@ startOrExit(async () => {
   const publisher = await connectPublisher({
     url: messaging.nats_url,
     credentials: messaging.nats_credentials,
+    // Its answers on an inbox of its own, which its NATS user alone may read (PLATFORM_NATS_USERS).
+    inboxPrefix: serviceInboxPrefix('provider-registry'),
     name: SERVICE_NAME,
     stream: messaging.stream ? { name: messaging.stream, subjects: [messaging.subjects.status] } : undefined,
     logger,

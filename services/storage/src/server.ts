@@ -15,6 +15,7 @@ import {
   NoopPublisher,
   openDatabase,
   runService,
+  serviceInboxPrefix,
   serviceLogger,
   startOrExit,
   startTracing,
@@ -51,6 +52,8 @@ startOrExit(async () => {
   const nats: EventPublisher = await connectPublisher({
     url: durationMs(metering.interval) > 0 ? messaging.nats_url : '',
     credentials: messaging.nats_credentials,
+    // Its answers on an inbox of its own, which its NATS user alone may read (PLATFORM_NATS_USERS).
+    inboxPrefix: serviceInboxPrefix('storage'),
     name: SERVICE_NAME,
     stream: { name: messaging.stream, subjects: [`${messaging.subjects.usage}.>`] },
     logger,

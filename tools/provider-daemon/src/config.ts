@@ -44,6 +44,11 @@ export const daemonConfigSchema = z
     heartbeat_subject: z.string().min(1).default('registry.heartbeats'),
     /** Subject prefix of usage reports: `<usage_subject>.<session_id>` (billing's `messaging.subjects.usage`). */
     usage_subject: z.string().default('billing.usage'),
+    /**
+     * With a NATS user of its own (nats-user.ts): the subject prefix of its usage requests,
+     * `<usage_reports_subject>.<owner>.<client>.<provider ID>` (billing's `messaging.subjects.usage_reports`).
+     */
+    usage_reports_subject: z.string().min(1).default('billing.usage-reports'),
     /** The daemon's machine client (role `daemon`, made by the provider at the auth service). */
     credentials: z
       .object({

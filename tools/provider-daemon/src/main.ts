@@ -59,8 +59,8 @@ startOrExit(async () => {
           logger,
         })
       : undefined;
-  const natsIdentity = identity ? { owner: identity.owner, client: identity.client } : undefined;
-  // Usage over NATS JetStream when configured (acknowledged publishes on billing's usage stream), else over HTTP.
+  // Usage over NATS when configured (JetStream with a token; with a NATS user of its own, requests billing answers),
+  // else over HTTP.
   const publisher = await connectPublisher({
     url: config.nats_url,
     credentials: config.nats_credentials,
@@ -71,6 +71,10 @@ startOrExit(async () => {
     ensureStream: !identity,
     logger,
   });
+  const natsIdentity =
+    identity && publisher instanceof NatsPublisher
+      ? { owner: identity.owner, client: identity.client, connection: publisher.connection }
+      : undefined;
   const usage = new UsageReporter({ config, logger, token, publisher, natsIdentity });
   // Heartbeats over NATS too when configured (answered by a registry instance; over HTTP when none answers).
   const beats =

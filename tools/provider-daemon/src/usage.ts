@@ -9,20 +9,23 @@
  * (a retry, a restart within the minute, a heartbeat twice a minute) is applied once; billing bills elapsed time by
  * its own clock, so a report never adds a minute of its own.
  *
- * Over NATS when `nats_url` is set (subject `<usage_subject>.<session>`, the daemon's token in an `Authorization`
- * header; with a NATS user of its own, no token, and the reports of sessions without a trace in one message
- * `{reports: [...]}` on `<usage_subject>.<owner>.<client>.<provider>` (a traced one alone on
- * `<usage_subject>.<owner>.<client>.<session>`, carrying its trace); each message a random `Nats-Msg-Id` (the
- * reports' `message_id`s de-duplicate them at billing), acknowledged by
- * JetStream); over HTTP (`POST /billing/usage-updates`, up to
- * 256 reports a request) without NATS, or for any report a NATS publish did not get acknowledged.
+ * Over NATS when `nats_url` is set: each report on `<usage_subject>.<session>` to JetStream, the daemon's token in an
+ * `Authorization` header and a random `Nats-Msg-Id` (the report's `message_id` de-duplicates it at billing); with a
+ * NATS user of its own (nats-user.ts), as core NATS requests with no token on
+ * `<usage_reports_subject>.<owner>.<client>.<provider>`, the reports of sessions without a trace together
+ * (`{reports: [...]}`, up to 256 a request), each traced one alone carrying its trace, answered by billing once
+ * applied (never into a stream: nats-server would send a stream's acknowledgement wherever the publisher says, and a
+ * daemon's user may publish into none). Over HTTP (`POST /billing/usage-updates`, up to 256 reports a request) without
+ * NATS, and for any report NATS did not take: a publish not acknowledged, a request not answered (no billing
+ * instance listening, a timeout) or answered with a failure of billing's (5xx).
  *
  * Each report continues its session's trace (`session-trace.ts`: the context billing hands with the session, in a
  * span of the daemon's own when it traces): over HTTP a session's report then goes in a request of its own, which
  * carries that trace; the reports of sessions without one share requests as before.
  */
 import { billingClient, type TokenSource, unwrap } from '@gpu/client';
-import { durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
+import { activeTraceContext, durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
+import { type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import type { DaemonConfig } from './config.ts';
 import type { GpuReading } from './gpu/nvidia-smi.ts';
 import { SessionTraces, type TraceContext } from './session-trace.ts';
@@ -77,8 +80,17 @@ export interface UsageReporterDeps {
   token: TokenSource;
   /** NATS (JetStream) when configured; a disabled publisher sends everything over HTTP. */
   publisher: EventPublisher;
-  /** The daemon's own NATS user's owner and client (nats-user.ts): subjects name them, no token on a report. */
-  natsIdentity?: { owner: string; client: string };
+  /**
+   * The daemon's own NATS user's owner and client (nats-user.ts), and its connection: reports go as requests on
+   * subjects that name them, with no token.
+   */
+  natsIdentity?: { owner: string; client: string; connection: Pick<NatsConnection, 'request'> };
+}
+
+/** Billing's answer to a usage request: one result per report, in order, or the request's problem. */
+interface UsageRequestAnswer {
+  results?: { status: number; code?: string; detail?: string }[];
+  problem?: { status: number; code: string; detail: string };
 }
 
 export class UsageReporter {
@@ -119,46 +131,32 @@ export class UsageReporter {
     const reports = usageReports(await this.runningSessions(providerId), readings, now);
     if (reports.length === 0) return 0;
     const overHttp: UsageReport[] = [];
-    if (this.deps.publisher.enabled) {
-      const identity = this.deps.natsIdentity;
-      const auth: Record<string, string> = identity ? {} : { Authorization: `Bearer ${await this.deps.token.get()}` };
-      const prefix = identity
-        ? `${this.deps.config.usage_subject}.${identity.owner}.${identity.client}`
-        : this.deps.config.usage_subject;
-      // With a NATS user of its own, the reports of sessions without a trace go together, up to 256 a message, on the
-      // machine's subject; each traced one goes alone, carrying its trace.
-      const together = identity ? reports.filter((r) => !this.traces.of(r.session_id)) : [];
-      const alone = identity ? reports.filter((r) => this.traces.of(r.session_id)) : reports;
-      const batches: UsageReport[][] = [];
-      for (let i = 0; i < together.length; i += MAX_REPORTS_PER_REQUEST) {
-        batches.push(together.slice(i, i + MAX_REPORTS_PER_REQUEST));
-      }
-      const [sentAlone, sentTogether] = await Promise.all([
-        Promise.allSettled(
-          alone.map((r) =>
-            this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
-              // A message ID of its own (random): the report's `message_id` de-duplicates it at billing, and a
-              // predictable stream ID would let whoever publishes it first have the real report dropped.
-              this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, { headers: { ...trace, ...auth } }),
-            ),
+    const identity = this.deps.natsIdentity;
+    if (identity) {
+      overHttp.push(...(await this.request(identity, providerId, reports)));
+    } else if (this.deps.publisher.enabled) {
+      const auth = { Authorization: `Bearer ${await this.deps.token.get()}` };
+      const prefix = this.deps.config.usage_subject;
+      const sent = await Promise.allSettled(
+        reports.map((r) =>
+          this.traces.report(r.session_id, `publish ${prefix}.${r.session_id}`, 'producer', (trace) =>
+            // A message ID of its own (random): the report's `message_id` de-duplicates it at billing, and a
+            // predictable stream ID would let whoever publishes it first have the real report dropped.
+            this.deps.publisher.publish(`${prefix}.${r.session_id}`, r, { headers: { ...trace, ...auth } }),
           ),
         ),
-        Promise.allSettled(batches.map((b) => this.deps.publisher.publish(`${prefix}.${providerId}`, { reports: b }))),
-      ]);
-      sentAlone.forEach((s, i) => {
-        if (s.status === 'rejected') overHttp.push(alone[i]!);
+      );
+      sent.forEach((s, i) => {
+        if (s.status === 'rejected') overHttp.push(reports[i]!);
       });
-      sentTogether.forEach((s, i) => {
-        if (s.status === 'rejected') overHttp.push(...batches[i]!);
-      });
-      if (overHttp.length) {
-        this.deps.logger.warn(
-          { reports: overHttp.length },
-          'NATS did not take some usage reports: sending them over HTTP',
-        );
-      }
     } else {
       overHttp.push(...reports);
+    }
+    if (overHttp.length && (identity || this.deps.publisher.enabled)) {
+      this.deps.logger.warn(
+        { reports: overHttp.length },
+        'NATS did not take some usage reports: sending them over HTTP',
+      );
     }
     // A traced session's report in a request of its own, in its trace; the others together, as many as a request takes.
     const untraced = overHttp.filter((r) => !this.traces.of(r.session_id));
@@ -169,6 +167,57 @@ export class UsageReporter {
       await this.post(untraced.slice(i, i + MAX_REPORTS_PER_REQUEST), {});
     }
     return reports.length;
+  }
+
+  /**
+   * Sends the reports as NATS requests on the machine's subject that names the daemon: those of sessions without a
+   * trace together (up to 256 a request), each traced one alone, in its trace. The reports to send over HTTP instead:
+   * those of a request not answered, and those billing failed (5xx); those it refused are logged.
+   */
+  private async request(
+    identity: NonNullable<UsageReporterDeps['natsIdentity']>,
+    providerId: string,
+    reports: UsageReport[],
+  ): Promise<UsageReport[]> {
+    const subject = `${this.deps.config.usage_reports_subject}.${identity.owner}.${identity.client}.${providerId}`;
+    const timeout = durationMs(this.deps.config.request_timeout);
+    // `trace`: the session's trace context when the daemon does not trace itself (session-trace.ts), else its span's.
+    const ask = async (some: UsageReport[], trace: TraceContext = {}): Promise<UsageReport[]> => {
+      const h = natsHeaders();
+      for (const [k, v] of Object.entries({ ...trace, ...activeTraceContext() })) h.set(k, v);
+      let answer: UsageRequestAnswer;
+      try {
+        const msg = await identity.connection.request(subject, JSON.stringify({ reports: some }), {
+          timeout,
+          headers: h,
+        });
+        answer = msg.json<UsageRequestAnswer>();
+      } catch {
+        return some;
+      }
+      if (answer.problem) {
+        this.deps.logger.warn({ problem: answer.problem }, 'billing refused a usage request');
+        // Billing too busy (503): over HTTP; a malformed request would be refused there too.
+        return answer.problem.status >= 500 ? some : [];
+      }
+      if (answer.results?.length !== some.length) return some;
+      return some.filter((r, i) => {
+        const result = answer.results![i]!;
+        if (result.status >= 400 && result.status < 500) {
+          this.deps.logger.warn({ session_id: r.session_id, result }, 'billing refused a usage report');
+        }
+        return result.status >= 500;
+      });
+    };
+    const together = reports.filter((r) => !this.traces.of(r.session_id));
+    const alone = reports.filter((r) => this.traces.of(r.session_id));
+    const sent = await Promise.all([
+      ...alone.map((r) => this.traces.report(r.session_id, `send ${subject}`, 'producer', (trace) => ask([r], trace))),
+      ...Array.from({ length: Math.ceil(together.length / MAX_REPORTS_PER_REQUEST) }, (_, i) =>
+        ask(together.slice(i * MAX_REPORTS_PER_REQUEST, (i + 1) * MAX_REPORTS_PER_REQUEST)),
+      ),
+    ]);
+    return sent.flat();
   }
 
   /** Sends reports in one request (`headers`: the trace context it carries, if any); logs those billing refused. */

@@ -2,7 +2,7 @@
  * A daemon on a platform whose NATS server runs in operator mode (the tests' server, test-env.sh): it asks the real
  * auth service for a NATS user of its own and works with it alone, no token on a message. Its heartbeats go on
  * subjects naming its owner and itself, which the real registry (`subject_identity`) applies; its usage reports reach
- * billing's consumer the same way; billing's nudge on the machine's subject (`<nudges>.<owner>.<machine>`) starts its
+ * billing the same way, as requests billing answers once applied; billing's nudge on the machine's subject (`<nudges>.<owner>.<machine>`) starts its
  * workload at once, with the daemon's polls an hour apart. Its user lives 4 s here: it is renewed and the connection
  * goes on; once its client is revoked, no new user is issued and NATS stops taking its messages at the expiry.
  */
@@ -29,6 +29,7 @@ const suffix = randomUUID().slice(0, 8);
 const subjects = {
   heartbeats: `test.${suffix}.registry.heartbeats`,
   usage: `test.${suffix}.billing.usage`,
+  usageReports: `test.${suffix}.billing.usage-reports`,
   events: `test.${suffix}.billing.events`,
 };
 const nudges = `${subjects.events}.machine`;
@@ -39,7 +40,7 @@ const platform = useAuthAndRegistry(
       issuer_file: testEnv.natsTrust,
       user_ttl: `${USER_TTL_S}s`,
       heartbeat_subject: subjects.heartbeats,
-      usage_subject: subjects.usage,
+      usage_reports_subject: subjects.usageReports,
       nudge_subject: nudges,
     },
   },
@@ -72,6 +73,7 @@ beforeAll(async () => {
     verifier: billing.app.tokenVerifier,
     prefix: subjects.usage,
     subjectIdentity: true,
+    reportsPrefix: subjects.usageReports,
     logger,
     stream,
     durable: 'billing-usage',
@@ -84,7 +86,7 @@ beforeAll(async () => {
   })) as NatsPublisher;
   const relay = new OutboxRelay(billing.db, events, { subject: subjects.events, logger });
   relay.start(100);
-  for (const prefix of [subjects.heartbeats, subjects.usage]) {
+  for (const prefix of [subjects.heartbeats, subjects.usage, subjects.usageReports]) {
     const sub = events.connection.subscribe(`${prefix}.>`, {
       callback: (_e, m) => {
         heard.push({ subject: m.subject, at: Date.now() });
@@ -127,6 +129,7 @@ async function startDaemon() {
       nats_url: testEnv.natsUrl,
       heartbeat_subject: subjects.heartbeats,
       usage_subject: subjects.usage,
+      usage_reports_subject: subjects.usageReports,
       credentials: { client_id: client.id, client_secret: secret },
       provider: { name: `rig-${randomUUID().slice(0, 8)}` },
       heartbeat_interval: '500ms',
@@ -195,14 +198,15 @@ describe('a daemon with a NATS user of its own', () => {
         .inject({ url: `/api/v1/billing/sessions/${session.id}/workload`, headers: session.headers })
         .then((r) => r.json() as { state: string });
     expect((await until(workload, (w) => w.state === 'running', 30_000)).state).toBe('running');
-    // Its usage on its own subject, applied by billing's consumer with no token: the machine's reports in one message.
-    const report = `${subjects.usage}.${own}.${daemon.providerId}`;
+    // Its usage on its own subject, applied by billing with no token: the machine's reports in one request.
+    const report = `${subjects.usageReports}.${own}.${daemon.providerId}`;
     const usage = () =>
       billing.db.selectFrom('usage_records').select('message_id').where('session_id', '=', session.id).execute();
     expect((await until(usage, (u) => u.length > 0, 30_000)).length).toBeGreaterThan(0);
     expect(heard.some((m) => m.subject === report)).toBe(true);
-    // Taken by NATS (JetStream acknowledged it on the daemon's own inbox), not sent again over HTTP.
+    // Answered by billing on the daemon's own inbox once applied, not sent again over HTTP; nothing into a stream.
     expect(messages(daemon.log, 'NATS did not take')).toEqual([]);
+    expect(heard.filter((m) => m.subject.startsWith(`${subjects.usage}.`))).toEqual([]);
 
     // Several lives of its user later, its heartbeats still go over NATS: it renewed the user before each expiry.
     await new Promise((r) => setTimeout(r, (USER_TTL_S * 2 + 1) * 1000));

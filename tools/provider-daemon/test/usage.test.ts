@@ -21,7 +21,8 @@ import {
   NoopPublisher,
   UNCHECKED_PRINCIPAL,
 } from '@gpu/common';
-import { testEnv } from '@gpu/common/testing';
+import { connectAsDaemon, testEnv } from '@gpu/common/testing';
+import { decodeJwt } from 'jose';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '../../../services/auth/src/domain/clients.ts';
@@ -214,6 +215,70 @@ describe('provider daemon usage reports', () => {
       expect((await records(sessionId)).length).toBe(2);
     } finally {
       await consumer.stop();
+    }
+  });
+});
+
+describe('usage as NATS requests, from a daemon holding a NATS user of its own', () => {
+  it('is answered once applied; with nobody answering, the reports go over HTTP', async () => {
+    const suffix = randomUUID().slice(0, 8);
+    const reportsPrefix = `daemon-requests-${suffix}.usage-reports`;
+    const stream = `USAGE_REQ_${suffix}`;
+    const owner = await platform.providerUser();
+    const token = await platform.machineClient('daemon', owner.id);
+    const client = String(decodeJwt(await token.get()).sub);
+    // Billing's side: its usage requests served (`subject_identity`), as an instance does.
+    const billingNats = (await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'daemon-requests-billing',
+      stream: { name: stream, subjects: [`daemon-requests-${suffix}.usage.>`] },
+    })) as NatsPublisher;
+    const consumer = await startUsageConsumer({
+      connection: billingNats.connection,
+      ctx: billing.ctx,
+      verifier: billing.app.tokenVerifier,
+      prefix: `daemon-requests-${suffix}.usage`,
+      subjectIdentity: true,
+      reportsPrefix,
+      logger,
+      stream,
+      durable: 'billing-usage',
+    });
+    // The daemon's connection as its issued user makes it: it may publish on its own subjects alone.
+    const own = await connectAsDaemon({ owner: owner.id, client }, { usage: reportsPrefix });
+    const proxy = await recordingProxy();
+    try {
+      const c = config({ usage_reports_subject: reportsPrefix, billing_url: proxy.url });
+      const usage = new UsageReporter({
+        config: c,
+        logger,
+        token,
+        publisher: new NoopPublisher(),
+        natsIdentity: { owner: owner.id, client, connection: own },
+      });
+      const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, usage });
+      const providerId = await daemon.attach();
+      const sessionId = await rent(providerId);
+      const readings = await gpuSource(c.gpu).read();
+      const posts = () => proxy.seen.filter((r) => r.method === 'POST' && r.url === '/api/v1/billing/usage-updates');
+      const t = aheadOfNow();
+      // Answered once applied: the record is there when report() returns, and nothing went over HTTP.
+      expect(await usage.report(providerId, readings, t)).toBe(1);
+      expect(await records(sessionId)).toHaveLength(1);
+      expect(posts()).toEqual([]);
+      // No billing instance answering (none serves usage requests): over HTTP, applied all the same.
+      await consumer.stop();
+      expect(await usage.report(providerId, readings, new Date(t.getTime() + 60_000))).toBe(1);
+      expect(await records(sessionId)).toHaveLength(2);
+      expect(posts()).toHaveLength(1);
+    } finally {
+      await consumer.stop();
+      await own.close();
+      await proxy.close();
+      const { jetstreamManager } = await import('@nats-io/jetstream');
+      await (await jetstreamManager(billingNats.connection)).streams.delete(stream);
+      await billingNats.close();
     }
   });
 });

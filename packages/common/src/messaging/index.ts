@@ -16,6 +16,7 @@ export {
 export { natsConnectedGauge, outboxMetrics } from './metrics.ts';
 export {
   createNatsTrust,
+  DAEMON_NATS_LIMITS,
   DAEMON_NATS_SUBJECTS,
   type DaemonNatsSubjects,
   daemonInboxPrefix,
@@ -32,7 +33,7 @@ export {
   subjectPrincipal,
   subjectSender,
 } from './nats-auth.ts';
-export { type NatsSetup, PLATFORM_NATS_USERS, writeNatsSetup } from './nats-setup.ts';
+export { type NatsSetup, PLATFORM_NATS_USERS, serviceInboxPrefix, writeNatsSetup } from './nats-setup.ts';
 export {
   eventBody,
   type NewEvent,
@@ -52,4 +53,5 @@ export {
   NoopPublisher,
   type PublishOptions,
 } from './publisher.ts';
+export { type RequestServer, type RequestServerOptions, serveRequests } from './requests.ts';
 export { awaitStream, type EnsureStreamOptions, ensureStream } from './stream.ts';

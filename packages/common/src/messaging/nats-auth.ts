@@ -115,12 +115,24 @@ export interface NatsPermissions {
   responses?: boolean;
 }
 
+/** What one connection of a user may hold: subscriptions, and bytes a message (NATS's -1: no limit). */
+export interface NatsUserLimits {
+  subs: number;
+  payload: number;
+}
+
+/**
+ * A provider daemon's connection: a handful of subscriptions (its answers, billing's nudges) and messages of up to
+ * 256 KiB (a usage request of 256 reports is about 60 KiB, a heartbeat of 64 GPUs' metrics about 16 KiB).
+ */
+export const DAEMON_NATS_LIMITS: NatsUserLimits = { subs: 16, payload: 256 * 1024 };
+
 /** A user JWT of the platform account for the user key `userKey` (public), signed by the account's signing key. */
 export async function natsUserJwt(
   trust: NatsIssuer,
   name: string,
   userKey: string,
-  opts: { permissions?: NatsPermissions; expiresInSeconds?: number } = {},
+  opts: { permissions?: NatsPermissions; expiresInSeconds?: number; limits?: NatsUserLimits } = {},
 ): Promise<string> {
   const account = keyOf(trust.account).getPublicKey();
   const permissions = opts.permissions ?? {};
@@ -134,6 +146,7 @@ export async function natsUserJwt(
       ...(permissions.subscribe ? { sub: { allow: permissions.subscribe } } : {}),
       // One answer per request, within the server's default time (2 minutes).
       ...(permissions.responses ? { resp: { max: 1, ttl: 0 } } : {}),
+      ...(opts.limits ? { subs: opts.limits.subs, payload: opts.limits.payload, data: -1 } : {}),
     },
     opts.expiresInSeconds ? { exp: Math.floor(Date.now() / 1000) + opts.expiresInSeconds } : {},
   );
@@ -174,7 +187,10 @@ export type NatsIssuer = Pick<NatsTrust, 'account' | 'signer'>;
 export const parseNatsTrust = (text: string): NatsTrust =>
   seedsOf(text, ['operator', 'system_account', 'account', 'signer'] as const, 'trust');
 
-/** The subject prefixes a provider daemon publishes on (the registry's heartbeats, billing's usage reports). */
+/**
+ * The subject prefixes a provider daemon's NATS user publishes on (the registry's heartbeats, billing's usage
+ * requests): core NATS requests, never captured by a stream (messaging/requests.ts says why).
+ */
 export interface DaemonNatsSubjects {
   heartbeats: string;
   usage: string;
@@ -184,7 +200,7 @@ export interface DaemonNatsSubjects {
 
 export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = {
   heartbeats: 'registry.heartbeats',
-  usage: 'billing.usage',
+  usage: 'billing.usage-reports',
   nudges: 'billing.events.machine',
 };
 
@@ -196,7 +212,7 @@ export const daemonInboxPrefix = (client: string) => `_INBOX_${client}`;
 
 /**
  * What a provider daemon's NATS user may do: publish heartbeats and usage reports on subjects that name its owner and
- * itself (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<session ID>`), which the server
+ * itself (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<provider ID>`), which the server
  * enforces, so that a subscriber knows who sent a message from its subject; take the answers to its own requests; and
  * hear billing's nudges to its owner's machines (`<nudges>.<owner>.*`: they carry IDs only, and the owner's own).
  */

@@ -10,7 +10,8 @@
  *   configuration includes beside its address and JetStream store (a folder of its own, so that the server, and
  *   docker-compose's volume that carries it, never hold a seed);
  * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), rewritten at each run so that
- *   a change of permissions takes effect at the services' next connection; secret;
+ *   a change of permissions takes effect at the services' next connection; secret; each service connects with its own
+ *   inbox prefix (`serviceInboxPrefix`, which its user alone may read);
  * - `server/nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`).
  *
  * The creds are in a folder of their own too (a service is given its own file, never the seeds).
@@ -27,18 +28,84 @@ import {
   parseNatsTrust,
 } from './nats-auth.ts';
 
-/** What every service's JetStream use needs: the stream and consumer API, acknowledgements, flow control, replies. */
-const JETSTREAM = ['$JS.API.>', '$JS.ACK.>', '$JS.FC.>', '_INBOX.>'];
+/** What a platform service does on NATS: the streams it keeps, the durable consumers it reads, what it listens to. */
+interface ServiceNats {
+  /** The subjects it publishes on (its own prefix). */
+  publish: string[];
+  /** The streams it creates, widens and reads the state of. */
+  streams: string[];
+  /** Its durable pull consumers: [stream, durable name]. */
+  consumers: [string, string][];
+  /** Core NATS subscriptions besides its own inbox (requests it serves). */
+  subscribe?: string[];
+  /** Whether it answers requests (once each, on the reply subject the request came with). */
+  responses?: boolean;
+}
 
 /**
- * The platform's own services as NATS users: each publishes under its own subject prefix alone (the default
- * prefixes: a service configured with other subjects needs users of its own), and reads anything. The registry also
- * answers the heartbeat requests it receives (on the daemon's own inbox). Daemons' users are auth's to issue.
+ * Where a platform service's requests take their answers (nats.js `inboxPrefix`, JetStream's API and pull requests
+ * included): a prefix of its own, so that its user may read its own answers and no one else's.
+ */
+export const serviceInboxPrefix = (service: string) => `_INBOX_${service}`;
+
+/**
+ * A service's permissions: publish on its own subjects; of JetStream's API only what its own streams and consumers
+ * need (never delete or purge, never another service's consumer); acknowledge its own consumers' messages; subscribe
+ * to its own inbox and the requests it serves. So a service that is taken over cannot rewrite another's streams, read
+ * its messages or answers, or make a consumer that delivers onto subjects the others trust.
+ */
+function servicePermissions(name: string, s: ServiceNats): NatsPermissions {
+  const api = '$JS.API';
+  return {
+    publish: [
+      ...s.publish,
+      `${api}.INFO`,
+      `${api}.STREAM.NAMES`,
+      ...s.streams.flatMap((st) => ['INFO', 'CREATE', 'UPDATE'].map((op) => `${api}.STREAM.${op}.${st}`)),
+      ...s.consumers.flatMap(([st, d]) => [
+        `${api}.CONSUMER.INFO.${st}.${d}`,
+        `${api}.CONSUMER.CREATE.${st}.${d}`,
+        `${api}.CONSUMER.CREATE.${st}.${d}.>`,
+        `${api}.CONSUMER.DURABLE.CREATE.${st}.${d}`,
+        `${api}.CONSUMER.MSG.NEXT.${st}.${d}`,
+        `$JS.ACK.${st}.${d}.>`,
+      ]),
+    ],
+    subscribe: [`${serviceInboxPrefix(name)}.>`, ...(s.subscribe ?? [])],
+    ...(s.responses ? { responses: true } : {}),
+  };
+}
+
+/**
+ * The platform's own services as NATS users, for their default subjects, streams and consumer names (a service
+ * configured with others needs users of its own: `writeNatsSetup(dir, users)`). The registry and billing serve
+ * daemons' requests (heartbeats, usage reports) and answer them. Daemons' users are auth's to issue.
  */
 export const PLATFORM_NATS_USERS: Record<string, NatsPermissions> = {
-  storage: { publish: ['storage.>', ...JETSTREAM] },
-  'provider-registry': { publish: ['registry.>', ...JETSTREAM], responses: true },
-  billing: { publish: ['billing.>', ...JETSTREAM] },
+  storage: servicePermissions('storage', { publish: ['storage.>'], streams: ['STORAGE_USAGE'], consumers: [] }),
+  'provider-registry': servicePermissions('provider-registry', {
+    publish: ['registry.>'],
+    streams: ['REGISTRY'],
+    consumers: [
+      ['BILLING_EVENTS', 'provider-registry-sessions'],
+      ['BILLING_EVENTS', 'provider-registry-leases'],
+      ['BILLING_EVENTS', 'provider-registry-prices'],
+    ],
+    subscribe: ['registry.heartbeats.>'],
+    responses: true,
+  }),
+  billing: servicePermissions('billing', {
+    publish: ['billing.>'],
+    // The storage service's usage stream too: billing makes it when it starts first.
+    streams: ['BILLING_EVENTS', 'BILLING_USAGE', 'STORAGE_USAGE'],
+    consumers: [
+      ['BILLING_USAGE', 'billing-usage'],
+      ['STORAGE_USAGE', 'billing-storage-usage'],
+      ['REGISTRY', 'billing-provider-status'],
+    ],
+    subscribe: ['billing.usage-reports.>'],
+    responses: true,
+  }),
 };
 
 export interface NatsSetup {

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { createUser } from '@nats-io/nkeys';
 import { connect, jwtAuthenticator, type NatsConnection, type Status } from '@nats-io/transport-node';
 import {
+  DAEMON_NATS_LIMITS,
   DAEMON_NATS_SUBJECTS,
   type DaemonNatsSubjects,
   daemonInboxPrefix,
@@ -28,6 +29,7 @@ export async function connectAsDaemon(
     {
       permissions: daemonNatsPermissions(identity, { ...DAEMON_NATS_SUBJECTS, ...subjects }),
       expiresInSeconds: 300,
+      limits: DAEMON_NATS_LIMITS,
     },
   );
   return connect({

@@ -1,40 +1,55 @@
 /**
- * Usage updates over NATS: a durable JetStream pull consumer (common's
- * `startDurableConsumer`; `billing-usage` on stream `BILLING_USAGE` by default, subjects `<usage prefix>.>`, explicit
- * ack), shared by every billing instance (each message goes to one of them), feeds
- * each message to the same domain function as HTTP. The message ID is the
- * payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a
- * re-publish) is applied once.
+ * Usage updates over NATS, two ways in:
  *
- * A message carries its sender's access token in an `Authorization: Bearer
- * <token>` header, verified like an HTTP request's (the same JWKS); the sender
- * must be allowed to report the session (the provider owner's daemon, an admin
- * or a service), exactly as over HTTP. A message without a valid token is
- * rejected and counted (`billing_usage_messages_rejected_total{reason}`),
- * never applied. With `subjectIdentity`, a message on `<prefix>.<owner ID>.<client ID>.<session_id>` (a daemon's
- * NATS user may publish only on its own owner's and its own client's: auth's NATS users) needs no token and is that
- * daemon client's. Malformed messages, rejected ones and updates for unknown or
- * ended sessions are terminated and logged (never redelivered forever); other
- * failures (the database away) are nak'ed and retried later.
+ * - **A durable JetStream pull consumer** (common's `startDurableConsumer`; `billing-usage` on stream `BILLING_USAGE`
+ *   by default, subjects `<usage prefix>.>`, explicit ack), shared by every billing instance (each message goes to
+ *   one of them): one report a message on `<usage prefix>.<session_id>`, carrying its sender's access token in an
+ *   `Authorization: Bearer <token>` header, verified like an HTTP request's (the same JWKS). The message ID is the
+ *   payload's `message_id`, else its `Nats-Msg-Id` header, so a redelivery (or a re-publish) is applied once. A message
+ *   without a valid token is rejected and counted (`billing_usage_messages_rejected_total{reason}`), never applied;
+ *   malformed messages, rejected ones and updates for unknown or ended sessions are terminated and logged (never
+ *   redelivered forever); other failures (the database away) are nak'ed and retried later.
+ * - **Requests over core NATS** (`subjectIdentity`, a NATS server in operator mode): a daemon holding the NATS user
+ *   auth issued it may publish only on `<usage_reports>.<owner ID>.<client ID>.<…>`, so such a request needs no token
+ *   and is that daemon client's. It carries its machine's reports (`{reports: [...]}`, up to 256), each applied as if
+ *   it came alone, and is answered, once applied, on that client's own inbox only: `{results: [{status, code?,
+ *   detail?}]}` in order (201 applied, 200 a duplicate, else the status of its problem), or `{problem}` for a
+ *   malformed request. Not a stream: nats-server sends a stream's acknowledgement to whatever reply subject the
+ *   publisher names (@gpu/common's messaging/requests.ts), so daemons publish into none; a request not answered is
+ *   sent again over HTTP by the daemon, and its reports' IDs keep it applied once.
+ *
+ * Either way the sender must be allowed to report the session (the provider owner's daemon, an admin or a service),
+ * exactly as over HTTP, and the reports go to the same domain function (group commit: usage-updates.ts).
  */
 
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
 import {
   type DurableConsumer,
+  daemonInboxPrefix,
+  inSpanOf,
   isRefusal,
   type Logger,
+  messageTraceContext,
+  problemOf,
+  type RequestServer,
+  serveRequests,
   startDurableConsumer,
+  statusOf,
   subjectPrincipal,
   subjectSender,
+  toAppError,
 } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
+import type { Msg } from '@nats-io/transport-node';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import {
   applyUsageUpdate,
   toUsageUpdate,
-  type UsageNatsMessage,
-  usageNatsMessageSchema,
+  type UsageMessage,
+  type UsageReportsRequest,
+  usageMessageSchema,
+  usageReportsRequestSchema,
 } from '../domain/sessions/index.ts';
 import { senderOf } from './message-sender.ts';
 
@@ -57,10 +72,12 @@ export interface UsageConsumerOptions {
   /** Subject prefix: messages arrive on `<prefix>.<session_id>`. */
   prefix: string;
   /**
-   * Also take `<prefix>.<owner ID>.<client ID>.<session_id>` as that daemon client's, with no token
+   * Also take requests on `<reportsPrefix>.<owner ID>.<client ID>.<…>` as that daemon client's, with no token
    * (`messaging.subject_identity`: the NATS server enforced who published it).
    */
   subjectIdentity?: boolean;
+  /** The prefix of daemons' usage requests (`messaging.subjects.usage_reports`); needed with `subjectIdentity`. */
+  reportsPrefix?: string;
   logger: Logger;
   stream?: string;
   durable?: string;
@@ -78,7 +95,7 @@ export interface UsageConsumerOptions {
 export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<UsageConsumer> {
   const rejected = new Counter({
     name: 'billing_usage_messages_rejected_total',
-    help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused, gave_up)',
+    help: 'NATS usage messages rejected and never applied, by reason (malformed, unauthenticated, forbidden, refused, gave_up, overloaded)',
     labelNames: ['reason'] as const,
     registers: [],
   });
@@ -96,34 +113,37 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     maxDeliver: 20,
     batch: limit,
     concurrency: limit,
-    schema: usageNatsMessageSchema,
+    schema: usageMessageSchema,
     handle: (body, msg) => handle(handling, body, msg),
     onMalformed: () => rejected.inc({ reason: 'malformed' }),
     onGaveUp: () => rejected.inc({ reason: 'gave_up' }),
     logger: opts.logger,
   });
   await consumer.ready;
-  return { ...consumer, metrics: [rejected] };
+  const requests = opts.subjectIdentity && opts.reportsPrefix ? serveUsageRequests(handling, opts.reportsPrefix) : null;
+  if (requests) {
+    opts.logger.info({ subject: `${opts.reportsPrefix}.*.*.*`, queue: USAGE_QUEUE }, 'taking usage requests over NATS');
+  }
+  return {
+    ...consumer,
+    metrics: [rejected],
+    async stop() {
+      await Promise.all([requests?.stop(), consumer.stop()]);
+    },
+  };
 }
 
 type Handling = UsageConsumerOptions & { rejected: Counter<'reason'> };
 
-async function handle(opts: Handling, body: UsageNatsMessage, msg: JsMsg): Promise<Settlement> {
-  const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
-  // Several reports come only on a subject naming their sender (a daemon that has a NATS user of its own); one
-  // report's subject names its session.
-  const batch = 'reports' in body;
-  if (batch ? !named : (named?.id ?? msg.subject.slice(opts.prefix.length + 1)) !== body.session_id) {
-    const err = batch
-      ? `several reports on ${msg.subject}, a subject naming no sender`
-      : `subject ${msg.subject} names another session`;
-    opts.logger.warn({ err }, 'malformed usage message dropped');
+async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<Settlement> {
+  if (msg.subject.slice(opts.prefix.length + 1) !== body.session_id) {
+    opts.logger.warn({ err: `subject ${msg.subject} names another session` }, 'malformed usage message dropped');
     opts.rejected.inc({ reason: 'malformed' });
     return 'term';
   }
   let sender: Principal;
   try {
-    sender = named ? subjectPrincipal(named) : await senderOf(opts, msg);
+    sender = await senderOf(opts, msg);
   } catch (err) {
     if (!isRefusal(err)) {
       // The JWKS could not be fetched: not the sender's fault, try again later.
@@ -135,23 +155,94 @@ async function handle(opts: Handling, body: UsageNatsMessage, msg: JsMsg): Promi
     return 'term';
   }
   const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
-  // Each report as if it came alone (a batch's reports carry their own message IDs; one alone may use the header's).
-  const reports = batch ? body.reports : [body];
-  const fallbackId = batch ? undefined : msg.headers?.get('Nats-Msg-Id');
-  const settled = await Promise.allSettled(
-    reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, fallbackId, correlationId, sender))),
-  );
-  let failed: unknown;
-  settled.forEach((s, i) => {
-    if (s.status === 'fulfilled') return;
-    if (!isRefusal(s.reason)) {
-      failed ??= s.reason;
-      return;
+  try {
+    await applyUsageUpdate(opts.ctx, toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), correlationId, sender));
+    return 'ack';
+  } catch (err) {
+    // The database away: again later.
+    if (!isRefusal(err)) throw err;
+    opts.logger.info({ code: err.code, session_id: body.session_id }, 'usage report refused');
+    opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
+    return 'term';
+  }
+}
+
+/** The queue group of billing's instances taking daemons' usage requests: each request reaches one of them. */
+const USAGE_QUEUE = 'billing';
+
+/** The most usage requests one instance applies at once (up to 256 reports each); more are answered 503. */
+const MAX_REQUESTS_IN_HAND = 1024;
+
+/** One report's outcome in the answer to a usage request. */
+interface ReportResult {
+  status: number;
+  code?: string;
+  detail?: string;
+}
+
+/** Daemons' usage requests on `<prefix>.<owner ID>.<client ID>.<…>` (the module's doc): applied, then answered. */
+function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
+  const malformed = (detail: string) => {
+    opts.rejected.inc({ reason: 'malformed' });
+    return { problem: { status: 400, code: 'MALFORMED_USAGE_MESSAGE', detail } };
+  };
+  const apply = async (msg: Msg): Promise<object> => {
+    const named = subjectSender(prefix, msg.subject);
+    if (!named) return malformed(`${msg.subject} names no sender`);
+    let body: UsageReportsRequest;
+    try {
+      body = usageReportsRequestSchema.parse(msg.json());
+    } catch (err) {
+      return malformed(`not a usage request: ${(err as Error).message.slice(0, 500)}`);
     }
-    opts.logger.info({ code: s.reason.code, session_id: reports[i]!.session_id }, 'usage report refused');
-    opts.rejected.inc({ reason: s.reason.kind === 'forbidden' ? 'forbidden' : 'refused' });
+    const sender = subjectPrincipal(named);
+    const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
+    const settled = await Promise.allSettled(
+      body.reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, undefined, correlationId, sender))),
+    );
+    const results = settled.map((s, i): ReportResult => {
+      if (s.status === 'fulfilled') return { status: s.value.duplicate ? 200 : 201 };
+      const err = toAppError(s.reason);
+      const status = statusOf(err);
+      if (!isRefusal(err)) opts.logger.error({ err: s.reason, subject: msg.subject }, 'usage report failed');
+      else {
+        opts.logger.info({ code: err.code, session_id: body.reports[i]!.session_id }, 'usage report refused');
+        opts.rejected.inc({ reason: err.kind === 'forbidden' ? 'forbidden' : 'refused' });
+      }
+      const { code, detail } = problemOf(err);
+      return { status, code, detail };
+    });
+    return { results };
+  };
+  /** Only on the sending client's own inbox: a request never makes billing publish anywhere else. */
+  const answering = (msg: Msg, answer: object): object | undefined => {
+    const named = subjectSender(prefix, msg.subject);
+    return named && msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) ? answer : undefined;
+  };
+  return serveRequests({
+    connection: opts.connection,
+    subjects: [`${prefix}.*.*.*`],
+    queue: USAGE_QUEUE,
+    what: 'usage request',
+    logger: opts.logger,
+    // A flood holds a bounded amount of work: past it, the daemon sends its reports over HTTP.
+    limit: {
+      max: MAX_REQUESTS_IN_HAND,
+      busy: (msg) => {
+        opts.rejected.inc({ reason: 'overloaded' });
+        return answering(msg, {
+          problem: { status: 503, code: 'OVERLOADED', detail: 'billing has too many usage requests in hand' },
+        });
+      },
+    },
+    handle: async (msg) => {
+      const answer = await inSpanOf(
+        messageTraceContext(msg.headers),
+        `process ${msg.subject}`,
+        { kind: 'consumer', tracer: 'usage requests', attributes: { 'messaging.destination.name': msg.subject } },
+        () => apply(msg),
+      );
+      return answering(msg, answer);
+    },
   });
-  // The database away: the whole message again later (its applied reports are applied once, by their IDs).
-  if (failed !== undefined) throw failed;
-  return reports.length === 1 && settled[0]!.status === 'rejected' ? 'term' : 'ack';
 }

@@ -35,6 +35,7 @@ import {
   type NatsPublisher,
   type Principal,
   principalOf,
+  serveRequests,
   statusOf,
   subjectPrincipal,
   subjectSender,
@@ -43,7 +44,7 @@ import {
   UNCHECKED_PRINCIPAL,
   verifyBearer,
 } from '@gpu/common';
-import type { Msg, Subscription } from '@nats-io/transport-node';
+import type { Msg } from '@nats-io/transport-node';
 import { Counter } from 'prom-client';
 import { MANAGING_ROLES } from '../domain/access.ts';
 import type { RegistryService } from '../domain/registry-service.ts';
@@ -103,15 +104,9 @@ export function heartbeatRejectionCounter(): Counter<'reason'> {
  */
 const answersTo = (reply: string | undefined): boolean => reply?.startsWith('_INBOX.') === true;
 
-/** How long `stop()` lets the subscription drain (a connection that is reconnecting never finishes). */
-const DRAIN_TIMEOUT_MS = 5_000;
-
 /** Subscribes (in the queue group); heartbeats flow until `stop()`. */
 export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): HeartbeatSubscriber {
   const { rejected } = opts;
-  // Heartbeats taken and not yet answered, and what `stop()` waits on until there are none.
-  let inHand = 0;
-  let drained: (() => void) | undefined;
 
   /** The sender a heartbeat's subject names (with `subjectIdentity` only), parsed once per message. */
   type Named = ReturnType<typeof subjectSender>;
@@ -162,63 +157,35 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     }
   }
 
-  // Answers leave together, once per turn of the event loop: NATS then writes them to its socket in one go (a
-  // batch's answers, each sent on its own, cost a socket write each).
-  const answers: [Msg, string][] = [];
-  const sendAnswers = () => {
-    for (const [msg, answer] of answers.splice(0)) {
-      try {
-        msg.respond(answer);
-      } catch (err) {
-        // The connection closed or is draining: the daemon's request times out, and it beats again after a pause.
-        opts.logger.warn({ err: (err as Error).message }, 'answering a heartbeat failed');
-      }
-    }
-  };
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
-  const answerTo = (msg: Msg, named: Named): boolean => {
-    return named ? msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) === true : answersTo(msg.reply);
-  };
-  const take = (err: Error | null, msg: Msg) => {
-    if (err) {
-      opts.logger.warn({ err: err.message }, 'heartbeat subscription error');
-      return;
-    }
-    inHand++;
-    const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+  const answerTo = (msg: Msg, named: Named): boolean =>
+    named ? msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) === true : answersTo(msg.reply);
+  const server = serveRequests({
+    connection: opts.connection,
+    subjects: [`${opts.prefix}.*`, ...(opts.subjectIdentity ? [`${opts.prefix}.*.*.*`] : [])],
+    queue: HEARTBEAT_QUEUE,
+    what: 'heartbeat',
+    logger: opts.logger,
     // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
-    void inSpanOf(
-      messageTraceContext(msg.headers),
-      `process ${msg.subject}`,
-      {
-        kind: 'consumer',
-        tracer: 'heartbeat subscriber',
-        attributes: { 'messaging.destination.name': msg.subject },
-        untraced: 'new',
-      },
-      () => apply(msg, named),
-    ).then((answer) => {
-      if (answerTo(msg, named) && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
-      if (--inHand === 0) drained?.();
-    });
-  };
-  const subscriptions: Subscription[] = [
-    opts.connection.subscribe(`${opts.prefix}.*`, { queue: HEARTBEAT_QUEUE, callback: take }),
-    ...(opts.subjectIdentity
-      ? [opts.connection.subscribe(`${opts.prefix}.*.*.*`, { queue: HEARTBEAT_QUEUE, callback: take })]
-      : []),
-  ];
+    handle: async (msg) => {
+      const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+      const answer = await inSpanOf(
+        messageTraceContext(msg.headers),
+        `process ${msg.subject}`,
+        {
+          kind: 'consumer',
+          tracer: 'heartbeat subscriber',
+          attributes: { 'messaging.destination.name': msg.subject },
+          untraced: 'new',
+        },
+        () => apply(msg, named),
+      );
+      return answerTo(msg, named) ? answer : undefined;
+    },
+  });
   opts.logger.info(
     { subject: `${opts.prefix}.*`, subject_identity: opts.subjectIdentity === true, queue: HEARTBEAT_QUEUE },
     'taking heartbeats over NATS',
   );
-
-  return {
-    async stop() {
-      const draining = Promise.all(subscriptions.map((s) => s.drain().catch(() => s.unsubscribe())));
-      await Promise.race([draining, new Promise((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref())]);
-      if (inHand > 0) await new Promise<void>((resolve) => (drained = resolve));
-      sendAnswers();
-    },
-  };
+  return server;
 }

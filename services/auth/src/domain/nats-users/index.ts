@@ -5,7 +5,14 @@
  * that, so the registry and billing know who sent a message from its subject. A client revoked (or whose owner may no
  * longer be served) gets no new user, and its last one expires with its lifetime.
  */
-import { daemonNatsPermissions, durationMs, errors, natsUserJwt, type Principal } from '@gpu/common';
+import {
+  DAEMON_NATS_LIMITS,
+  daemonNatsPermissions,
+  durationMs,
+  errors,
+  natsUserJwt,
+  type Principal,
+} from '@gpu/common';
 import { fromPublic } from '@nats-io/nkeys';
 import { clientRefusal } from '../clients.ts';
 import type { AuthContext } from '../context.ts';
@@ -61,12 +68,13 @@ export async function issueDaemonNatsUser(ctx: AuthContext, caller: Principal, p
   }
   const permissions = daemonNatsPermissions(
     { owner, client },
-    { heartbeats: nats.heartbeat_subject, usage: nats.usage_subject, nudges: nats.nudge_subject },
+    { heartbeats: nats.heartbeat_subject, usage: nats.usage_reports_subject, nudges: nats.nudge_subject },
   );
   const ttlSeconds = Math.max(1, Math.round(durationMs(nats.user_ttl) / 1000));
   const jwt = await natsUserJwt(issuer, `daemon-${client}`, publicKey, {
     permissions,
     expiresInSeconds: ttlSeconds,
+    limits: DAEMON_NATS_LIMITS,
   });
   ctx.logger.info({ audit: true, action: 'nats_user_issued', client_id: client, owner_id: owner }, 'NATS user issued');
   return {

@@ -30,10 +30,11 @@ export { renterOf, type SessionStart, type StartSessionInput, startSession } fro
 export {
   MAX_REPORTS_PER_BATCH,
   toUsageUpdate,
-  type UsageNatsMessage,
+  type UsageMessage,
   type UsageRecord,
+  type UsageReportsRequest,
   type UsageResult,
   usageMessageSchema,
-  usageNatsMessageSchema,
+  usageReportsRequestSchema,
 } from './usage-message.ts';
 export { applyUsageUpdate } from './usage-updates.ts';

@@ -71,16 +71,13 @@ export type UsageMessage = z.infer<typeof usageMessageSchema>;
 export const MAX_REPORTS_PER_BATCH = 256;
 
 /**
- * Several reports in one NATS message (`{reports: [...]}`): a daemon's machine with several rentals, on the subject
- * that names its sender (`<prefix>.<owner ID>.<client ID>.<provider ID>`). Each report is applied as if it came alone.
+ * A daemon's usage request over core NATS (`{reports: [...]}`): a machine's reports at once, on the subject that names
+ * its sender (`<usage_reports>.<owner ID>.<client ID>.<provider ID>`). Each report is applied as if it came alone.
  */
-const usageBatchMessageSchema = z.object({
+export const usageReportsRequestSchema = z.object({
   reports: z.array(usageMessageSchema).min(1).max(MAX_REPORTS_PER_BATCH),
 });
-
-/** A NATS usage message: one report, or several. */
-export const usageNatsMessageSchema = z.union([usageMessageSchema, usageBatchMessageSchema]);
-export type UsageNatsMessage = z.infer<typeof usageNatsMessageSchema>;
+export type UsageReportsRequest = z.infer<typeof usageReportsRequestSchema>;
 
 /** One usage report as the domain applies it. */
 export interface UsageUpdate {
