@@ -192,6 +192,7 @@ export {
   type OutboxRelayOptions,
   onMessage,
   outboxMetrics,
+  outOfStreams,
   PLATFORM_NATS_USERS,
   type PublishOptions,
   parseNatsIssuer,

@@ -213,6 +213,14 @@ describe('NATS in operator mode', () => {
           new RegExp(`storage: .*publish to "${subject.replaceAll('$', '\\$').replaceAll('.', '\\.')}"`, 'i'),
         );
       }
+      // Billing may not send itself a request (whose reply subject it could then answer on: one to delete a stream),
+      // nor answer anywhere but an inbox.
+      for (const subject of ['billing.usage-reports.a.b.c', '$JS.API.STREAM.DELETE.REGISTRY']) {
+        billing.publish(subject, '{}', { reply: '$JS.API.STREAM.DELETE.REGISTRY' });
+        await refused(
+          new RegExp(`billing: .*publish to "${subject.replaceAll('$', '\\$').replaceAll('.', '\\.')}"`, 'i'),
+        );
+      }
       // Nor listen to another's answers, or to every inbox.
       for (const subject of [`${serviceInboxPrefix('billing')}.>`, '_INBOX.>']) {
         storage.subscribe(subject);

@@ -81,7 +81,7 @@ async function connectAs(d: Daemon) {
   const nc = await connect({
     servers: testEnv.natsUrl,
     authenticator: jwtAuthenticator(user.jwt, key.getSeed()),
-    inboxPrefix: `_INBOX_${d.client}`,
+    inboxPrefix: `_INBOX.${d.client}`,
     maxReconnectAttempts: 0,
   });
   return { nc, user };
@@ -98,7 +98,7 @@ describe('NATS users of provider daemons', () => {
         owner_id: mine.owner,
         client_id: mine.client,
         publish: [`${DAEMON_NATS_SUBJECTS.heartbeats}.${own}.*`, `${DAEMON_NATS_SUBJECTS.usage}.${own}.*`],
-        subscribe: [`_INBOX_${mine.client}.>`, `${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.*`],
+        subscribe: [`_INBOX.${mine.client}.>`, `${DAEMON_NATS_SUBJECTS.nudges}.${mine.owner}.*`],
       });
       expect(new Date(user.expires_at).getTime()).toBeGreaterThan(Date.now());
       const seen: string[] = [];

@@ -337,4 +337,31 @@ describe('usage over NATS', () => {
     const { jetstreamManager } = await import('@nats-io/jetstream');
     await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
   });
+
+  it('takes no requests on subjects a stream captures (its acknowledgements would go wherever a daemon says)', async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const reportsPrefix = `test.usage-reports.${suffix}`;
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    const jsm = await jetstreamManager(publisher.connection);
+    await jsm.streams.add({ name: `CAPTURING_${suffix}`, subjects: [`${reportsPrefix}.>`] });
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const own = await connectAsDaemon({ owner: owner.id, client: daemon.id }, { usage: reportsPrefix });
+    const consumer = await identityConsumer(`test.usage.${suffix}`, suffix, reportsPrefix);
+    try {
+      const asked = own.request(`${reportsPrefix}.${owner.id}.${daemon.id}.${crypto.randomUUID()}`, '{}', {
+        timeout: 2_000,
+      });
+      // JetStream acknowledged it on the daemon's inbox (the stream took it); billing did not answer.
+      expect((await asked).json()).toMatchObject({ stream: `CAPTURING_${suffix}` });
+      // Billing would have refused `{}` as malformed, counted: it never took it.
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await consumer.metrics[0]!.get()).toMatchObject({ values: [] });
+    } finally {
+      await consumer.stop();
+      await own.close();
+      await jsm.streams.delete(`CAPTURING_${suffix}`);
+      await jsm.streams.delete(`USAGE_${suffix}`);
+    }
+  });
 });

@@ -55,8 +55,8 @@ let asked = 0;
 const unanswered = Uint8Array.from(job.machines, (_, i) => i % Math.max(1, job.answerEvery));
 const run = `bench-${Math.random().toString(36).slice(2)}`;
 const inbox = `_INBOX.${run}`;
-// With subject identity each answer comes to its client's own inbox, `_INBOX_<client>.<run>.<n>`.
-const clientInbox = job.identities?.map(([, client]) => `_INBOX_${client}.${run}`);
+// With subject identity each answer comes to its client's own inbox, `_INBOX.<client>.<run>.<n>`.
+const clientInbox = job.identities?.map(([, client]) => `_INBOX.${client}.${run}`);
 const answers = nc.subscribe(clientInbox ? `*.${run}.*` : `${inbox}.*`, {
   callback: (_err, msg) => {
     const n = Number(msg.subject.slice(msg.subject.lastIndexOf('.') + 1));

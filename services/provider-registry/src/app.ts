@@ -18,6 +18,7 @@ import {
   natsConnectedGauge,
   OutboxRelay,
   outboxMetrics,
+  outOfStreams,
   type TokenVerifier,
 } from '@gpu/common';
 import { billingMessages, startBillingConsumers } from './adapters/billing-messages.ts';
@@ -207,15 +208,19 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
         .catch((err) => logger.warn({ err: (err as Error).message }, 'putting machines on the market failed'));
     }
     if (deps.takeHeartbeats && nats) {
+      const prefix = config.messaging.subjects.heartbeats;
       heartbeats = startHeartbeatSubscriber({
         connection: nats.connection,
         registry,
         verifier,
-        prefix: config.messaging.subjects.heartbeats,
-        subjectIdentity: config.messaging.subject_identity,
+        prefix,
+        // Subjects that name their sender only where no stream captures them (common's messaging/requests.ts).
+        subjectIdentity: config.messaging.subject_identity && (await outOfStreams(nats.connection, prefix, logger)),
         rejected: heartbeatRejections,
         logger,
       });
+      // Ready means taking heartbeats: a daemon's first request after it finds a responder.
+      await heartbeats.ready;
     }
     if (deps.consumeSessionEvents && publisher instanceof NatsPublisher) {
       consumers.push(

@@ -3,7 +3,7 @@
  * pair (its seed never leaves the process), asks auth for a user JWT for its public key (`POST /auth/nats-users`, with
  * its token) and connects with both. The user may publish only on subjects naming the daemon's owner and its client
  * (`<heartbeats>.<owner>.<client>.<provider>`, `<usage>.<owner>.<client>.<session>`), take the answers on its own inbox
- * prefix (`_INBOX_<client>`) and hear billing's nudges to its owner's machines; the NATS server enforces that, so the
+ * prefix (`_INBOX.<client>`) and hear billing's nudges to its owner's machines; the NATS server enforces that, so the
  * registry and billing know the sender from the subject and no token travels with a message.
  *
  * The JWT lives `nats.user_ttl` (auth's, 15 minutes); the daemon asks for the next one at two thirds of its life,
@@ -34,7 +34,7 @@ export interface NatsIdentity {
   client: string;
   /** The newest JWT and the daemon's seed, read at each (re)connection. */
   authenticator: Authenticator;
-  /** `_INBOX_<client>`: the only inboxes the user may subscribe to. */
+  /** `_INBOX.<client>`: the only inboxes the user may subscribe to. */
   inboxPrefix: string;
   /** Stops renewing (at the daemon's stop). */
   stop(): void;

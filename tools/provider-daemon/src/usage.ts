@@ -195,10 +195,11 @@ export class UsageReporter {
       } catch {
         return some;
       }
+      if (typeof answer !== 'object' || answer === null) return some;
       if (answer.problem) {
         this.deps.logger.warn({ problem: answer.problem }, 'billing refused a usage request');
         // Billing too busy (503): over HTTP; a malformed request would be refused there too.
-        return answer.problem.status >= 500 ? some : [];
+        return !(answer.problem.status < 500) ? some : [];
       }
       if (answer.results?.length !== some.length) return some;
       return some.filter((r, i) => {

@@ -53,5 +53,5 @@ export {
   NoopPublisher,
   type PublishOptions,
 } from './publisher.ts';
-export { type RequestServer, type RequestServerOptions, serveRequests } from './requests.ts';
+export { outOfStreams, type RequestServer, type RequestServerOptions, serveRequests } from './requests.ts';
 export { awaitStream, type EnsureStreamOptions, ensureStream } from './stream.ts';

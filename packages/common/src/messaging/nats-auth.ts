@@ -110,9 +110,9 @@ export async function natsServerConfig(trust: NatsTrust): Promise<string> {
 /** What a user may do: subjects (wildcards allowed) it may publish to and subscribe to; absent: anything. */
 export interface NatsPermissions {
   publish?: string[];
+  /** Subjects it may not publish to, whatever `publish` allows. */
+  publishDeny?: string[];
   subscribe?: string[];
-  /** Whether it may answer the requests it receives (publish once on each one's reply subject), whatever `publish`. */
-  responses?: boolean;
 }
 
 /** What one connection of a user may hold: subscriptions, and bytes a message (NATS's -1: no limit). */
@@ -142,10 +142,15 @@ export async function natsUserJwt(
     keyOf(trust.signer),
     {
       issuer_account: account,
-      ...(permissions.publish ? { pub: { allow: permissions.publish } } : {}),
+      ...(permissions.publish || permissions.publishDeny
+        ? {
+            pub: {
+              ...(permissions.publish ? { allow: permissions.publish } : {}),
+              ...(permissions.publishDeny ? { deny: permissions.publishDeny } : {}),
+            },
+          }
+        : {}),
       ...(permissions.subscribe ? { sub: { allow: permissions.subscribe } } : {}),
-      // One answer per request, within the server's default time (2 minutes).
-      ...(permissions.responses ? { resp: { max: 1, ttl: 0 } } : {}),
       ...(opts.limits ? { subs: opts.limits.subs, payload: opts.limits.payload, data: -1 } : {}),
     },
     opts.expiresInSeconds ? { exp: Math.floor(Date.now() / 1000) + opts.expiresInSeconds } : {},
@@ -206,9 +211,10 @@ export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = {
 
 /**
  * Where a daemon's requests take their answers: an inbox prefix of its own (nats.js `inboxPrefix`), so that its user
- * may subscribe to its answers and no one else's.
+ * may subscribe to its answers and no one else's. Under `_INBOX.` as every NATS client's answers are, so that the
+ * services that answer daemons may publish there (`_INBOX.>`) without a permission to answer anything they receive.
  */
-export const daemonInboxPrefix = (client: string) => `_INBOX_${client}`;
+export const daemonInboxPrefix = (client: string) => `_INBOX.${client}`;
 
 /**
  * What a provider daemon's NATS user may do: publish heartbeats and usage reports on subjects that name its owner and

@@ -28,18 +28,21 @@ import {
   parseNatsTrust,
 } from './nats-auth.ts';
 
-/** What a platform service does on NATS: the streams it keeps, the durable consumers it reads, what it listens to. */
+/** What a platform service does on NATS: the streams it keeps, the durable consumers it reads, what it serves. */
 interface ServiceNats {
   /** The subjects it publishes on (its own prefix). */
   publish: string[];
   /** The streams it creates, widens and reads the state of. */
   streams: string[];
+  /** Another service's streams it may create when it starts first (never change). */
+  creates?: string[];
   /** Its durable pull consumers: [stream, durable name]. */
   consumers: [string, string][];
-  /** Core NATS subscriptions besides its own inbox (requests it serves). */
-  subscribe?: string[];
-  /** Whether it answers requests (once each, on the reply subject the request came with). */
-  responses?: boolean;
+  /**
+   * The daemons' requests it serves (core NATS subscriptions), which it answers on the daemon's inbox (`_INBOX.>`);
+   * it may not publish there itself.
+   */
+  serves?: string[];
 }
 
 /**
@@ -51,17 +54,24 @@ export const serviceInboxPrefix = (service: string) => `_INBOX_${service}`;
 /**
  * A service's permissions: publish on its own subjects; of JetStream's API only what its own streams and consumers
  * need (never delete or purge, never another service's consumer); acknowledge its own consumers' messages; subscribe
- * to its own inbox and the requests it serves. So a service that is taken over cannot rewrite another's streams, read
- * its messages or answers, or make a consumer that delivers onto subjects the others trust.
+ * to its own inbox and the requests it serves; answer those on daemons' inboxes (`_INBOX.>`, every NATS client's
+ * default prefix: a service's own is `_INBOX_<service>`, out of reach). No `allow_responses`: with it, a service that
+ * sent itself a request whose reply subject is, say, `$JS.API.STREAM.DELETE.<stream>` could then publish there; for
+ * the same reason it may not publish on the subjects it serves. So a service that is taken over cannot rewrite or
+ * empty another's streams, read its messages or answers, or make a consumer that delivers onto subjects the others
+ * trust. (It can still change its own streams' configuration: JetStream's API does not say which settings a
+ * permission allows.)
  */
 function servicePermissions(name: string, s: ServiceNats): NatsPermissions {
   const api = '$JS.API';
   return {
     publish: [
       ...s.publish,
+      ...(s.serves?.length ? ['_INBOX.>'] : []),
       `${api}.INFO`,
       `${api}.STREAM.NAMES`,
       ...s.streams.flatMap((st) => ['INFO', 'CREATE', 'UPDATE'].map((op) => `${api}.STREAM.${op}.${st}`)),
+      ...(s.creates ?? []).flatMap((st) => ['INFO', 'CREATE'].map((op) => `${api}.STREAM.${op}.${st}`)),
       ...s.consumers.flatMap(([st, d]) => [
         `${api}.CONSUMER.INFO.${st}.${d}`,
         `${api}.CONSUMER.CREATE.${st}.${d}`,
@@ -71,8 +81,8 @@ function servicePermissions(name: string, s: ServiceNats): NatsPermissions {
         `$JS.ACK.${st}.${d}.>`,
       ]),
     ],
-    subscribe: [`${serviceInboxPrefix(name)}.>`, ...(s.subscribe ?? [])],
-    ...(s.responses ? { responses: true } : {}),
+    ...(s.serves?.length ? { publishDeny: s.serves } : {}),
+    subscribe: [`${serviceInboxPrefix(name)}.>`, ...(s.serves ?? [])],
   };
 }
 
@@ -91,20 +101,19 @@ export const PLATFORM_NATS_USERS: Record<string, NatsPermissions> = {
       ['BILLING_EVENTS', 'provider-registry-leases'],
       ['BILLING_EVENTS', 'provider-registry-prices'],
     ],
-    subscribe: ['registry.heartbeats.>'],
-    responses: true,
+    serves: ['registry.heartbeats.>'],
   }),
   billing: servicePermissions('billing', {
     publish: ['billing.>'],
-    // The storage service's usage stream too: billing makes it when it starts first.
-    streams: ['BILLING_EVENTS', 'BILLING_USAGE', 'STORAGE_USAGE'],
+    streams: ['BILLING_EVENTS', 'BILLING_USAGE'],
+    // The storage service's usage stream: billing makes it when it starts first.
+    creates: ['STORAGE_USAGE'],
     consumers: [
       ['BILLING_USAGE', 'billing-usage'],
       ['STORAGE_USAGE', 'billing-storage-usage'],
       ['REGISTRY', 'billing-provider-status'],
     ],
-    subscribe: ['billing.usage-reports.>'],
-    responses: true,
+    serves: ['billing.usage-reports.>'],
   }),
 };
 

@@ -12,11 +12,12 @@
  * request: `{"stream":…,"seq":N}` on `$JS.API.STREAM.PURGE.<stream>` purges it up to N). Daemons therefore publish on
  * no subject a stream captures; what they send is answered by the service once applied, and resent over HTTP when not.
  */
+import { jetstreamManager } from '@nats-io/jetstream';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 
 export interface RequestServerOptions {
-  connection: Pick<NatsConnection, 'subscribe'>;
+  connection: Pick<NatsConnection, 'subscribe' | 'flush'>;
   /** The subjects taken (wildcards allowed), all in one queue group. */
   subjects: string[];
   queue: string;
@@ -36,8 +37,34 @@ export interface RequestServerOptions {
 }
 
 export interface RequestServer {
+  /**
+   * Resolves once the server knows the subscriptions (a request sent after it reaches this instance), or after 5 s
+   * (a connection that is reconnecting subscribes once back); never rejects.
+   */
+  ready: Promise<void>;
   /** Stops taking messages; resolves once those in hand are answered. */
   stop(): Promise<void>;
+}
+
+/**
+ * Whether the subjects that name their sender, `<prefix>.<owner>.<client>.<id>`, are out of every JetStream stream
+ * (the module's doc says why they must be). When a stream captures them, logs an error naming it and answers false:
+ * the service then does not take them (its daemons' messages go over HTTP). True when JetStream cannot say.
+ */
+export async function outOfStreams(connection: NatsConnection, prefix: string, logger: Logger): Promise<boolean> {
+  const id = '00000000-0000-4000-8000-000000000000';
+  const sample = `${prefix}.${id}.${id}.${id}`;
+  const stream = await jetstreamManager(connection, { timeout: 5_000 })
+    .then((jsm) => jsm.streams.find(sample))
+    .catch(() => undefined);
+  if (stream === undefined) return true;
+  logger.error(
+    { stream, subject: `${prefix}.>` },
+    `JetStream stream ${stream} captures ${prefix}.>, where daemons publish: a stream acknowledges onto whatever reply ` +
+      "subject the publisher names, so a daemon could make the server publish anywhere. Not taking daemons' " +
+      'messages there until that stream captures them no more',
+  );
+  return false;
 }
 
 /** How long `stop()` lets the subscriptions drain (a connection that is reconnecting never finishes). */
@@ -69,15 +96,28 @@ export function serveRequests(opts: RequestServerOptions): RequestServer {
       return;
     }
     inHand++;
-    void opts.handle(msg).then((answer) => {
-      if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
-      if (--inHand === 0) drained?.();
-    });
+    void opts
+      .handle(msg)
+      .then(
+        (answer) => {
+          if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+        },
+        // A handler's bug: logged, not answered (the sender's request times out and it sends again).
+        (err: unknown) => opts.logger.error({ err, subject: msg.subject }, `handling a ${opts.what} failed`),
+      )
+      .finally(() => {
+        if (--inHand === 0) drained?.();
+      });
   };
   const subscriptions: Subscription[] = opts.subjects.map((subject) =>
     opts.connection.subscribe(subject, { queue: opts.queue, callback: take }),
   );
+  const ready = Promise.race([
+    opts.connection.flush().catch(() => {}),
+    new Promise<void>((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref()),
+  ]);
   return {
+    ready,
     async stop() {
       const draining = Promise.all(subscriptions.map((s) => s.drain().catch(() => s.unsubscribe())));
       await Promise.race([draining, new Promise((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref())]);

@@ -47,7 +47,7 @@ export async function natsUserRoutes(app: App, ctx: AuthContext): Promise<void> 
         description:
           "A provider daemon's machine client only (403 otherwise). The user may publish heartbeats and usage reports " +
           'on subjects that name its owner and its client (`<heartbeats>.<owner>.<client>.<provider ID>`, ' +
-          '`<usage>.<owner>.<client>.<session ID>`), take the answers to its requests (`_INBOX_<client>.>`) and ' +
+          '`<usage reports>.<owner>.<client>.<provider ID>`, requests the registry and billing answer), take the answers to its requests (`_INBOX.<client>.>`) and ' +
           "hear billing's nudges to its owner's machines (`<nudges>.<owner>.<provider ID>`), for `nats.user_ttl`. " +
           '400 when `public_key` is not an nkey user key; 401 CLIENT_REVOKED for a client revoked (or whose owner is ' +
           'no longer a provider); 404 NATS_USERS_DISABLED when this platform issues none.',

@@ -30,6 +30,7 @@ import {
   isRefusal,
   type Logger,
   messageTraceContext,
+  outOfStreams,
   problemOf,
   type RequestServer,
   serveRequests,
@@ -40,7 +41,7 @@ import {
   toAppError,
 } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
-import type { Msg } from '@nats-io/transport-node';
+import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import {
@@ -120,8 +121,14 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
     logger: opts.logger,
   });
   await consumer.ready;
-  const requests = opts.subjectIdentity && opts.reportsPrefix ? serveUsageRequests(handling, opts.reportsPrefix) : null;
+  const requests =
+    opts.subjectIdentity &&
+    opts.reportsPrefix &&
+    (await outOfStreams(opts.connection as NatsConnection, opts.reportsPrefix, opts.logger))
+      ? serveUsageRequests(handling, opts.reportsPrefix)
+      : null;
   if (requests) {
+    await requests.ready;
     opts.logger.info({ subject: `${opts.reportsPrefix}.*.*.*`, queue: USAGE_QUEUE }, 'taking usage requests over NATS');
   }
   return {
@@ -170,8 +177,12 @@ async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<S
 /** The queue group of billing's instances taking daemons' usage requests: each request reaches one of them. */
 const USAGE_QUEUE = 'billing';
 
-/** The most usage requests one instance applies at once (up to 256 reports each); more are answered 503. */
+/**
+ * The most usage requests, and reports in them, one instance holds at once; one more is answered 503 at once (the
+ * daemon sends its reports over HTTP). 8,192 reports take well under a second to apply, far within a daemon's wait.
+ */
 const MAX_REQUESTS_IN_HAND = 1024;
+const MAX_REPORTS_IN_HAND = 8192;
 
 /** One report's outcome in the answer to a usage request. */
 interface ReportResult {
@@ -186,6 +197,11 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     opts.rejected.inc({ reason: 'malformed' });
     return { problem: { status: 400, code: 'MALFORMED_USAGE_MESSAGE', detail } };
   };
+  const busy = () => {
+    opts.rejected.inc({ reason: 'overloaded' });
+    return { problem: { status: 503, code: 'OVERLOADED', detail: 'billing has too many usage reports in hand' } };
+  };
+  let reportsInHand = 0;
   const apply = async (msg: Msg): Promise<object> => {
     const named = subjectSender(prefix, msg.subject);
     if (!named) return malformed(`${msg.subject} names no sender`);
@@ -197,9 +213,17 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     }
     const sender = subjectPrincipal(named);
     const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
-    const settled = await Promise.allSettled(
-      body.reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, undefined, correlationId, sender))),
-    );
+    const n = body.reports.length;
+    if (reportsInHand + n > MAX_REPORTS_IN_HAND) return busy();
+    reportsInHand += n;
+    let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageUpdate>>>[];
+    try {
+      settled = await Promise.allSettled(
+        body.reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, undefined, correlationId, sender))),
+      );
+    } finally {
+      reportsInHand -= n;
+    }
     const results = settled.map((s, i): ReportResult => {
       if (s.status === 'fulfilled') return { status: s.value.duplicate ? 200 : 201 };
       const err = toAppError(s.reason);
@@ -226,15 +250,7 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     what: 'usage request',
     logger: opts.logger,
     // A flood holds a bounded amount of work: past it, the daemon sends its reports over HTTP.
-    limit: {
-      max: MAX_REQUESTS_IN_HAND,
-      busy: (msg) => {
-        opts.rejected.inc({ reason: 'overloaded' });
-        return answering(msg, {
-          problem: { status: 503, code: 'OVERLOADED', detail: 'billing has too many usage requests in hand' },
-        });
-      },
-    },
+    limit: { max: MAX_REQUESTS_IN_HAND, busy: (msg) => answering(msg, busy()) },
     handle: async (msg) => {
       const answer = await inSpanOf(
         messageTraceContext(msg.headers),

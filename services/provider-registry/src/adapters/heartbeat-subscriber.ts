@@ -13,7 +13,7 @@
  * **Subject identity** (`messaging.subject_identity`, for a NATS server in operator mode): a daemon holding the NATS
  * user auth issued it may publish only on `<prefix>.<owner ID>.<client ID>.<provider ID>`, which the server
  * enforces, so such a heartbeat needs no token: it is applied as that owner's daemon client's, and answered only on
- * that client's own inbox (`_INBOX_<client ID>.`).
+ * that client's own inbox (`_INBOX.<client ID>.`).
  *
  * Access is as strict as over HTTP: the message carries its sender's access token in an `Authorization: Bearer
  * <token>` header, verified like a request's (the same JWKS and verified-token cache) as of now (a heartbeat is
@@ -69,6 +69,8 @@ export interface HeartbeatSubscriberOptions {
 }
 
 export interface HeartbeatSubscriber {
+  /** Resolves once the NATS server knows the subscriptions (5 s at most: common's serveRequests). */
+  ready: Promise<void>;
   /** Stops taking heartbeats; resolves once those in hand are answered. */
   stop(): Promise<void>;
 }
