@@ -57,7 +57,7 @@ const run = `bench-${Math.random().toString(36).slice(2)}`;
 const inbox = `_INBOX.${run}`;
 // With subject identity each answer comes to its client's own inbox, `_INBOX.<client>.<run>.<n>`.
 const clientInbox = job.identities?.map(([, client]) => `_INBOX.${client}.${run}`);
-const answers = nc.subscribe(clientInbox ? `*.${run}.*` : `${inbox}.*`, {
+const answers = nc.subscribe(clientInbox ? `_INBOX.*.${run}.*` : `${inbox}.*`, {
   callback: (_err, msg) => {
     const n = Number(msg.subject.slice(msg.subject.lastIndexOf('.') + 1));
     latencies.push(performance.now() - sentAt[n]!);
