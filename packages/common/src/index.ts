@@ -169,6 +169,7 @@ export {
   ensureStream,
   eventBody,
   fileCredentials,
+  isDaemonInbox,
   MessageBus,
   type MessageHandler,
   type MessageMeta,

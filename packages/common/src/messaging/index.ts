@@ -21,6 +21,7 @@ export {
   type DaemonNatsSubjects,
   daemonInboxPrefix,
   daemonNatsPermissions,
+  isDaemonInbox,
   type NatsIssuer,
   type NatsPermissions,
   type NatsTrust,

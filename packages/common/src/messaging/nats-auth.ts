@@ -217,6 +217,13 @@ export const DAEMON_NATS_SUBJECTS: DaemonNatsSubjects = {
 export const daemonInboxPrefix = (client: string) => `_INBOX.${client}`;
 
 /**
+ * Whether `reply` is the daemon client's own inbox: the only place a service answers a message on a subject that
+ * names that client, so that a message never makes it publish anywhere else.
+ */
+export const isDaemonInbox = (reply: string | undefined, client: string): boolean =>
+  reply?.startsWith(`${daemonInboxPrefix(client)}.`) === true;
+
+/**
  * What a provider daemon's NATS user may do: publish heartbeats and usage reports on subjects that name its owner and
  * itself (`<heartbeats>.<owner>.<client>.<provider ID>`, `<usage>.<owner>.<client>.<provider ID>`), which the server
  * enforces, so that a subscriber knows who sent a message from its subject; take the answers to its own requests; and

@@ -25,8 +25,8 @@
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
 import {
   type DurableConsumer,
-  daemonInboxPrefix,
   inSpanOf,
+  isDaemonInbox,
   isRefusal,
   type Logger,
   messageTraceContext,
@@ -202,8 +202,8 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     return { problem: { status: 503, code: 'OVERLOADED', detail: 'billing has too many usage reports in hand' } };
   };
   let reportsInHand = 0;
-  const apply = async (msg: Msg): Promise<object> => {
-    const named = subjectSender(prefix, msg.subject);
+  /** `named`: the sender the subject names (the subscription's shape; not a sender when its IDs are not UUIDs). */
+  const apply = async (msg: Msg, named: ReturnType<typeof subjectSender>): Promise<object> => {
     if (!named) return malformed(`${msg.subject} names no sender`);
     let body: UsageReportsRequest;
     try {
@@ -239,10 +239,8 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     return { results };
   };
   /** Only on the sending client's own inbox: a request never makes billing publish anywhere else. */
-  const answering = (msg: Msg, answer: object): object | undefined => {
-    const named = subjectSender(prefix, msg.subject);
-    return named && msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) ? answer : undefined;
-  };
+  const answering = (msg: Msg, answer: object, named = subjectSender(prefix, msg.subject)): object | undefined =>
+    named && isDaemonInbox(msg.reply, named.client) ? answer : undefined;
   return serveRequests({
     connection: opts.connection,
     subjects: [`${prefix}.*.*.*`],
@@ -252,13 +250,14 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     // A flood holds a bounded amount of work: past it, the daemon sends its reports over HTTP.
     limit: { max: MAX_REQUESTS_IN_HAND, busy: (msg) => answering(msg, busy()) },
     handle: async (msg) => {
+      const named = subjectSender(prefix, msg.subject);
       const answer = await inSpanOf(
         messageTraceContext(msg.headers),
         `process ${msg.subject}`,
         { kind: 'consumer', tracer: 'usage requests', attributes: { 'messaging.destination.name': msg.subject } },
-        () => apply(msg),
+        () => apply(msg, named),
       );
-      return answering(msg, answer);
+      return answering(msg, answer, named);
     },
   });
 }

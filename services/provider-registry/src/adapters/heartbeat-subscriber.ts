@@ -24,10 +24,10 @@
  */
 import {
   type AppError,
-  daemonInboxPrefix,
   errors,
   hasRole,
   inSpanOf,
+  isDaemonInbox,
   isRefusal,
   isUuid,
   type Logger,
@@ -161,7 +161,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
 
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
   const answerTo = (msg: Msg, named: Named): boolean =>
-    named ? msg.reply?.startsWith(`${daemonInboxPrefix(named.client)}.`) === true : answersTo(msg.reply);
+    named ? isDaemonInbox(msg.reply, named.client) : answersTo(msg.reply);
   const server = serveRequests({
     connection: opts.connection,
     subjects: [`${opts.prefix}.*`, ...(opts.subjectIdentity ? [`${opts.prefix}.*.*.*`] : [])],
