@@ -8,6 +8,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type App, AppError, callerOf, kindOfStatus, noBody, zBool, zInt } from '@gpu/common';
+import { streamBytes } from '@gpu/common/byte-relay';
 import { acceptRawUpgrade, isRawUpgrade, openRawUpgrade, RAW_UPGRADE, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import WebSocket from 'ws';
@@ -305,12 +306,18 @@ export async function reachRoutes(
     const socket = request.raw.socket;
     const ends: StreamEnds = { end: () => {}, attached: false };
     // Bytes are counted where the stream meets the machine's connection (once, whichever instance it came through).
-    const base = { in: socket.bytesRead, out: socket.bytesWritten };
+    // (Through the socket that carries it once the relay took it over: @gpu/common/byte-relay.)
+    const base = streamBytes(socket);
     const untrack = relay.track({
       sessionId: sessionID,
       end: (reason) => ends.end(reason),
       credential: credentialOf(callerOf(request)),
-      bytes: link ? () => ({ in: socket.bytesRead - base.in, out: socket.bytesWritten - base.out }) : undefined,
+      bytes: link
+        ? () => {
+            const now = streamBytes(socket);
+            return { in: now.read - base.read, out: now.written - base.written };
+          }
+        : undefined,
     });
     // The renter gone at any moment (before the upgrade completed too) leaves nothing open: listening from now on.
     // Once joined, the join passes the renter's going on (what was on its way to the machine written first).

@@ -25,7 +25,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { destroyOnceWritten, pump } from '@gpu/common/raw-upgrade';
+import { relayBytes } from '@gpu/common/byte-relay';
+import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
 import { type Entry, HELPERS_PATH } from '../workloads/entry.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -247,15 +248,15 @@ export class WorkloadPorts {
  * ends the relay's side once what it sent is out (ssh2's server channel sends EOF and closes at its end; a dial-back
  * sends its FIN): the relay learns the connection is over. One side's failure or close ends the other.
  */
-export function splice(channel: Duplex, socket: Socket): void {
+export function splice(relaySide: Duplex, workloadSide: Socket): void {
+  // On the sockets that carry them from now on (@gpu/common/byte-relay takes a dial-back and the workload's socket
+  // over to read them into buffers of its own; an SSH channel is relayed as a stream).
+  const [channel, socket] = relayBytes(relaySide, workloadSide);
   channel.on('error', () => socket.destroy());
   // A failed socket closes ('close' below, failed).
   socket.on('error', () => {});
-  pump(channel, socket);
-  pump(socket, channel);
-  socket.resume();
   // Closed without its end (reset, or the workload ended): at once when it failed, else after what was sent.
-  socket.once('close', (failed) => {
+  socket.once('close', (failed: boolean) => {
     if (failed) channel.destroy();
     else if (!channel.writableEnded) channel.end();
   });

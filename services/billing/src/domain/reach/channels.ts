@@ -8,7 +8,8 @@
  */
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { destroyOnceWritten, type Pacing, pump, writePaced } from '@gpu/common/raw-upgrade';
+import { relayBytes } from '@gpu/common/byte-relay';
+import { destroyOnceWritten, type Pacing, writePaced } from '@gpu/common/raw-upgrade';
 import type { ClientChannel } from 'ssh2';
 import type { WebSocket } from 'ws';
 import type { ByteMeter } from './meter.ts';
@@ -109,29 +110,27 @@ export function pipeBytes(socket: WebSocket, machine: Duplex, meter: ByteMeter):
  * is found by TCP's keepalive (@gpu/common/raw-upgrade).
  */
 export function joinRaw(renter: Duplex, machine: Duplex, meter: ByteMeter): { end(reason: string): void } {
-  const pacing = paced(meter);
-  const join = (from: Duplex, to: Duplex) => {
-    pump(from, to, pacing);
-    from.on('error', () => to.destroy());
-    from.once('close', () => {
+  // Both flow from here on (a dial-back comes paused: what the program said first waits in it), on the sockets that
+  // carry them now (@gpu/common/byte-relay takes two TCP sockets over to read them into buffers of its own).
+  const [from, to] = relayBytes(renter, machine, paced(meter));
+  const join = (side: Duplex, other: Duplex) => {
+    side.on('error', () => other.destroy());
+    side.once('close', () => {
       // Cut before its end came (a reset): the other side goes too.
-      if (!from.readableEnded) return void to.destroy();
-      // Closed after its end: what was on its way to the other side is written first (its end passed on by `pump`),
-      // then that side goes too; a side that does not take it is not waited for long.
-      destroyOnceWritten(to, CLOSE_GRACE_MS);
+      if (!side.readableEnded) return void other.destroy();
+      // Closed after its end: what was on its way to the other side is written first (its end passed on by the
+      // relay), then that side goes too; a side that does not take it is not waited for long.
+      destroyOnceWritten(other, CLOSE_GRACE_MS);
     });
   };
-  join(renter, machine);
-  join(machine, renter);
-  // A dial-back comes paused (what the program said first waits in it): both flow from now on.
-  renter.resume();
-  machine.resume();
+  join(from, to);
+  join(to, from);
   return {
     end: () => {
       // A reset, so that a renter connected straight here tells the cut from the workload's end.
-      if (renter instanceof Socket) renter.resetAndDestroy();
-      else renter.destroy();
-      machine.destroy();
+      if (from instanceof Socket) from.resetAndDestroy();
+      else from.destroy();
+      to.destroy();
     },
   };
 }
