@@ -1,10 +1,12 @@
 /**
- * The byte relay between two TCP sockets (`relayBytes`): two connections a real server accepted on loopback, joined as
- * billing joins a renter's stream and a daemon's dial-back. Taken over (each read into one reused buffer), they must
- * still carry every byte in order both ways while a reader is slow (a buffer read into again before its write went
- * out would corrupt them), pass the bytes read before the join first, pass each end while the other way goes on,
- * follow the pace, count bytes, and leave the sockets handed in as shells that close with the connection and cut it.
- * Sockets that cannot be taken over are relayed as streams with the same results.
+ * The byte relay between two TCP sockets (`relayBytes`): connections a real server accepted on loopback, joined as
+ * billing joins a renter's stream and a daemon's dial-back. Taken over (each read into a buffer of a pool the process
+ * shares), they must still carry every byte in order both ways, several streams at once with slow readers (a buffer
+ * read into again before its write went out would corrupt them), pass the bytes read before the join first, pass each
+ * end while the other way goes on, read on to a side's end once the other side is gone, follow the pace, count bytes
+ * (what was said before the join once), hold only small buffers for idle streams, and leave the sockets handed in as
+ * shells that close with the connection and end, reset or cut it. Sockets that cannot be taken over are relayed as
+ * streams with the same results.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import net, { type AddressInfo, type Socket } from 'node:net';
@@ -91,21 +93,72 @@ async function send(s: Socket, total: number): Promise<string> {
 }
 
 describe('relayBytes between two accepted TCP sockets', () => {
-  it('takes both over and carries every byte in order both ways, with one reader slow', async () => {
-    const { a, b, sides } = await joined();
+  it('takes both over and carries every byte in order both ways, several streams at once, readers slow', async () => {
+    // Buffers go back to one pool for the process: one reused while a write of another stream still held it would
+    // corrupt that stream.
+    const total = 12 * 1024 * 1024;
+    await Promise.all(
+      [0, 1, 2].map(async (n) => {
+        const { a, b, sides } = await joined();
+        expect(sides[0]).not.toBe(a.near);
+        expect(sides[1]).not.toBe(b.near);
+        const [toB, toA, atB, atA] = await Promise.all([
+          send(a.peer, total),
+          send(b.peer, total),
+          drain(b.peer, (n + 1) * 256 * 1024),
+          drain(a.peer, n === 0 ? 0 : 1024 * 1024),
+        ]);
+        expect(atB).toEqual({ bytes: total, sha: toB });
+        expect(atA).toEqual({ bytes: total, sha: toA });
+        expect(streamBytes(a.near)).toEqual({ read: total, written: total });
+        expect(streamBytes(b.near)).toEqual({ read: total, written: total });
+      }),
+    );
+  });
+
+  it('counts what a socket said before the join once, with what it carries after', async () => {
+    const a = await connection();
+    const b = await connection();
+    const answer = 'HTTP/1.1 101 Switching Protocols\r\n\r\n';
+    const heardAnswer = new Promise<void>((resolve) => a.peer.once('data', () => resolve()));
+    a.near.write(answer);
+    a.peer.write('hello');
+    await heardAnswer;
+    await new Promise<void>((resolve) => a.near.once('readable', resolve));
+    expect(a.near.writableLength).toBe(0);
+    const sides = relayBytes(a.near, b.near);
     expect(sides[0]).not.toBe(a.near);
-    expect(sides[1]).not.toBe(b.near);
-    const total = 24 * 1024 * 1024;
-    const [toB, toA, atB, atA] = await Promise.all([
-      send(a.peer, total),
-      send(b.peer, total),
-      drain(b.peer, 512 * 1024),
-      drain(a.peer),
-    ]);
-    expect(atB).toEqual({ bytes: total, sha: toB });
-    expect(atA).toEqual({ bytes: total, sha: toA });
-    expect(streamBytes(a.near)).toEqual({ read: total, written: total });
-    expect(streamBytes(b.near)).toEqual({ read: total, written: total });
+    const atA = drain(a.peer);
+    const atB = drain(b.peer);
+    a.peer.end(' world');
+    b.peer.end('from b');
+    expect((await atB).bytes).toBe('hello world'.length);
+    expect((await atA).bytes).toBe('from b'.length);
+    expect(streamBytes(a.near)).toEqual({ read: 'hello world'.length, written: answer.length + 'from b'.length });
+  });
+
+  it('reads on to its own end once the other side is gone', async () => {
+    const { a, sides } = await joined();
+    sides[1].destroy();
+    const ended = new Promise<void>((resolve) => sides[0].once('end', () => resolve()));
+    // What comes for the gone side is read and dropped, so that the end behind it is seen.
+    a.peer.write(randomBytes(3 * 1024 * 1024));
+    a.peer.end();
+    await ended;
+  });
+
+  it('holds small buffers for idle streams', async () => {
+    const before = process.memoryUsage().arrayBuffers;
+    const idle = await Promise.all(Array.from({ length: 30 }, () => joined()));
+    const held = process.memoryUsage().arrayBuffers - before;
+    // Two 16 KiB buffers a stream (each way's next read), where a buffer of the size a busy stream reads (1 MiB)
+    // would be 60 MiB.
+    expect(held).toBeLessThan(8 * 1024 * 1024);
+    // And a stream that went idle reads small again: its bytes still pass.
+    const { a, b } = idle[0]!;
+    const heard = drain(b.peer);
+    a.peer.end('still here');
+    expect((await heard).bytes).toBe('still here'.length);
   });
 
   it('passes the bytes read before the join first', async () => {
@@ -162,6 +215,19 @@ describe('relayBytes between two accepted TCP sockets', () => {
     b.peer.resetAndDestroy();
     await shellClosed;
     expect(sides[1].destroyed).toBe(true);
+  });
+  it("passes a shell's end and reset to the connection", async () => {
+    const { a, b } = await joined();
+    const ended = new Promise<void>((resolve) => a.peer.once('end', () => resolve()));
+    a.peer.resume();
+    a.near.end();
+    await ended;
+    const reset = new Promise<string>((resolve) =>
+      b.peer.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? '')),
+    );
+    b.peer.resume();
+    b.near.resetAndDestroy();
+    expect(await reset).toBe('ECONNRESET');
   });
 });
 

@@ -4,9 +4,9 @@
  *
  * A socket read as a stream ('data') gets a newly allocated buffer for every read of at most 64 KiB: the allocation,
  * the garbage it leaves, the stream's events and a write per 64 KiB cost a relay about 1.1 CPU seconds per GB here.
- * Node reads a socket into one buffer of the caller's, reused for every read, when the socket is made with `onread`;
- * a relay writes what was read from it straight to the other socket and reads the next only once the kernel took it,
- * at about half that CPU (docs/benchmarks.md, "Reach"). `net.Server` offers no `onread`, so a socket it accepted (a
+ * Node reads a socket into buffers of the caller's when the socket is made with `onread`: a relay writes each read
+ * straight to the other socket and reads the next only once the kernel took it, the buffers coming back to a pool of
+ * the process's, at well under half that CPU (docs/benchmarks.md, "Reach"). `net.Server` offers no `onread`, so a socket it accepted (a
  * renter's upgraded request, a daemon's dial-back) is taken over: its handle goes to a new `net.Socket` made with
  * `onread`, as Node's own child_process makes a socket of a handle passed to it. That takes two things Node does not
  * document (a socket's `_handle`, and `handle` among the constructor's options), so it is done only where they are as
@@ -14,8 +14,8 @@
  * carry over whole: connected, its input not ended, nothing of its own still being written. Any other pair is relayed
  * as streams (`pump`), as before, with the same results.
  *
- * The socket taken over stays as a shell for those who hold it: destroying it destroys the new one, it closes when
- * the new one closes, and `streamBytes` counts its bytes through the new one.
+ * The socket taken over stays as a shell for those who hold it: destroying, ending or resetting it does so to the new
+ * one, it closes when the new one closes, and `streamBytes` counts its bytes through the new one.
  */
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -23,12 +23,30 @@ import { TLSSocket } from 'node:tls';
 import { type Pacing, pump } from './raw-upgrade.ts';
 
 /**
- * Each direction's read buffer: a read takes at most this much of what the kernel holds. Relaying here, 1 MiB cost
- * about a quarter less CPU per GB than 256 KiB and 64 KiB half as much again. A stream holds its two buffers for its
- * life, but only the pages a read has touched take memory (an idle stream's few): at most 2 MiB a stream, what a
- * stream read as streams could hold unsent at its 1 MiB high-water mark each way.
+ * Read buffers: a large one where the last read filled its buffer (a stream moving bytes as fast as they come), a
+ * small one otherwise (the first read, an interactive or idle stream). Relaying here, reads of 1 MiB cost about a
+ * quarter less CPU per GB than 256 KiB and 64 KiB half as much again. Node asks for the next read's buffer after each
+ * read, so a stream holds one buffer each way for its next read, and one more while a write from the last is in
+ * flight: an idle stream holds two small ones, a stream at full speed at most four large ones (4 MiB, where a stream
+ * read as streams could hold 2 MiB unsent at its 1 MiB high-water mark each way, and read 64 KiB more).
  */
-const READ_BUFFER_BYTES = 1024 * 1024;
+const LARGE = 1024 * 1024;
+const SMALL = 16 * 1024;
+
+/** Buffers no read or write holds, kept for the next (up to a bound each: more go to the collector). */
+const pools = new Map<number, { free: Buffer[]; keep: number }>([
+  [LARGE, { free: [], keep: 16 }],
+  [SMALL, { free: [], keep: 256 }],
+]);
+
+function takeBuffer(size: number): Buffer {
+  return pools.get(size)!.free.pop() ?? Buffer.allocUnsafe(size);
+}
+
+function giveBuffer(buffer: Buffer): void {
+  const pool = pools.get(buffer.length);
+  if (pool && pool.free.length < pool.keep) pool.free.push(buffer);
+}
 
 /** What this module reaches inside a socket (Node's own names; absent on a Node that changed them). */
 interface Handle {
@@ -41,10 +59,11 @@ interface SocketInternals {
   _readableState?: { ended?: boolean };
 }
 
-/** A socket taken over: the one that carries it now, and what the shell had written before. */
+/** A socket taken over: the one that carries it now, and what to add to its counts for the shell's. */
 interface Adoption {
   socket: Socket;
-  writtenBefore: number;
+  readOffset: number;
+  writtenOffset: number;
 }
 const adopted = new WeakMap<Duplex, Adoption>();
 
@@ -52,8 +71,10 @@ const adopted = new WeakMap<Duplex, Adoption>();
 export function streamBytes(socket: Socket): { read: number; written: number } {
   const adoption = adopted.get(socket);
   if (!adoption) return { read: socket.bytesRead, written: socket.bytesWritten };
-  // The handle counts what was read over its life, the socket what it wrote.
-  return { read: adoption.socket.bytesRead, written: adoption.writtenBefore + adoption.socket.bytesWritten };
+  return {
+    read: adoption.readOffset + adoption.socket.bytesRead,
+    written: adoption.writtenOffset + adoption.socket.bytesWritten,
+  };
 }
 
 /** Whether `socket`'s handle can be taken over whole (see the module's comment). */
@@ -77,36 +98,50 @@ function adoptable(socket: Duplex): socket is Socket {
   );
 }
 
-/** One direction: reads `from` into its buffer, writes each read to `to`, reads again once `to` took it. */
+/**
+ * One direction: reads `from` into pooled buffers, writes each read to `to`, and reads again once `to` took it (and
+ * the pace allows). Once `to` is gone, what `from` still sends is read and dropped, so that `from` sees its own end.
+ */
 class Direction {
-  readonly buffer = Buffer.allocUnsafe(READ_BUFFER_BYTES);
   from!: Socket;
   to!: Duplex;
   /** What the paused source waits for: its write, and the pace's time. */
   private waits = 0;
-  private writing = false;
+  /** The buffer a write in flight holds. */
+  private writing: Buffer | null = null;
+  private nextSize = SMALL;
 
   constructor(private readonly pacing: Pacing) {}
 
+  /** `onread`'s buffer: Node asks for the next read's after each read (and once at the start). */
+  readonly buffer = (): Buffer => takeBuffer(this.nextSize);
+
   /** `onread`'s callback: false pauses the source (Node stops reading the handle until it is resumed). */
   readonly read = (n: number, buffer: Uint8Array): boolean => {
+    const read = buffer as Buffer;
+    this.nextSize = n === read.length ? LARGE : SMALL;
     const to = this.to;
-    if (to.destroyed) return false;
+    if (to.destroyed || to.writableEnded) {
+      giveBuffer(read);
+      return true;
+    }
     // A view of the buffer: written at once when the kernel takes it whole (nothing left queued), else held by the
-    // write until it completes, and the buffer is not read into again before then.
-    to.write((buffer as Buffer).subarray(0, n), this.written);
+    // write until it completes, the buffer kept from the pool until then and the source paused.
+    to.write(read.subarray(0, n), this.written);
     const wait = this.pacing.pace?.(n) ?? 0;
-    this.writing = to.writableLength > 0;
+    if (to.writableLength > 0) this.writing = read;
+    else giveBuffer(read);
     if (!this.writing && wait === 0) return true;
     this.waits = (this.writing ? 1 : 0) + (wait > 0 ? 1 : 0);
     if (wait > 0) setTimeout(this.done, wait);
     return false;
   };
 
-  /** Every write's callback: the one the source waits for lets it go on. */
+  /** Every write's callback: the one the source waits for gives its buffer back and lets the source go on. */
   private readonly written = (): void => {
     if (!this.writing) return;
-    this.writing = false;
+    giveBuffer(this.writing);
+    this.writing = null;
     this.done();
   };
 
@@ -117,7 +152,7 @@ class Direction {
 }
 
 /**
- * Takes `shell`'s handle into a new socket that reads into `direction`'s buffer. What the shell had read and not
+ * Takes `shell`'s handle into a new socket that reads into `direction`'s buffers. What the shell had read and not
  * passed on (an upgrade's first bytes) is returned, to be written on before anything the new socket reads.
  */
 function adopt(shell: Socket, direction: Direction): { socket: Socket; unread: Buffer[] } {
@@ -128,7 +163,7 @@ function adopt(shell: Socket, direction: Direction): { socket: Socket; unread: B
   }
   const internals = shell as unknown as SocketInternals;
   const handle = internals._handle;
-  const writtenBefore = shell.bytesWritten;
+  const before = { read: shell.bytesRead, written: shell.bytesWritten };
   internals._handle = null;
   const socket = new Socket({
     handle,
@@ -137,14 +172,30 @@ function adopt(shell: Socket, direction: Direction): { socket: Socket; unread: B
     writable: true,
     onread: { buffer: direction.buffer, callback: direction.read },
   } as unknown as ConstructorParameters<typeof Socket>[0]);
-  adopted.set(shell, { socket, writtenBefore });
+  // The counts go on from the shell's, whether Node keeps them on the handle (that the new socket starts from) or on
+  // the socket (that starts again from 0).
+  adopted.set(shell, {
+    socket,
+    readOffset: before.read - socket.bytesRead,
+    writtenOffset: before.written - socket.bytesWritten,
+  });
   // The shell follows the socket: it closes when the socket does (its 'close' listeners learn of the end), and
-  // destroying it (its holders' way to cut the connection) destroys the socket.
+  // destroying, ending or resetting it (its holders' ways to end the connection) does so to the socket. Writing to
+  // it fails (it has no handle): a quiet failure, as its own 'error' listener takes it.
   socket.once('close', () => shell.destroy());
   shell.once('close', () => socket.destroy());
+  shell.on('error', () => {});
+  shell.end = ((...args: Parameters<Socket['end']>) => {
+    socket.end(...args);
+    return shell;
+  }) as Socket['end'];
+  shell.resetAndDestroy = () => {
+    socket.resetAndDestroy();
+    return shell;
+  };
   // Its failures are the new socket's to report ('close' with an error): a holder listening on the shell hears them.
   socket.on('error', (err) => {
-    if (shell.listenerCount('error') > 0) shell.emit('error', err);
+    if (shell.listenerCount('error') > 1) shell.emit('error', err);
   });
   return { socket, unread };
 }
