@@ -1,8 +1,9 @@
 /** Usage updates over real NATS JetStream: a durable consumer, duplicates, redelivery, poison messages. */
 import { connectPublisher, createLogger, type NatsPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { connectAsDaemon, testEnv } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startUsageConsumer } from '../src/adapters/usage-consumer.ts';
+import { startUsageConsumer, type UsageRequestLimits } from '../src/adapters/usage-consumer.ts';
 import { applyUsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { H100_X1, manualClock, ownedParties, parties, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
@@ -46,8 +47,9 @@ const usageReport = (session: string, messageId: string) => ({
  * Billing's usage consumer on a stream of the test's, taking daemons' requests on subjects that name their sender too
  * (`subject_identity`).
  */
-const identityConsumer = (prefix: string, suffix: string, reportsPrefix: string) =>
+const identityConsumer = (prefix: string, suffix: string, reportsPrefix: string, requestLimits?: UsageRequestLimits) =>
   startUsageConsumer({
+    ...(requestLimits ? { requestLimits } : {}),
     connection: publisher.connection,
     ctx: h.ctx,
     verifier: h.app.tokenVerifier,
@@ -333,6 +335,78 @@ describe('usage over NATS', () => {
     } finally {
       await consumer.stop();
       await own.close();
+    }
+    const { jetstreamManager } = await import('@nats-io/jetstream');
+    await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);
+  });
+
+  it("answers a daemon client past its share of the reports in hand 503 at once, and takes another client's", async () => {
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const reportsPrefix = `test.usage-reports.${suffix}`;
+    const owner = await h.issuer.user(['provider']);
+    const [daemonA, daemonB] = [await h.issuer.client('daemon', owner.id), await h.issuer.client('daemon', owner.id)];
+    const rent = async (): Promise<string> => {
+      const renter = await h.issuer.user(['renter']);
+      return (await start(h, startBody(await ownedParties(h, '10', renter.id, owner.id), H100_X1))).json().session.id;
+    };
+    const [held, other] = [await rent(), await rent()];
+    clock.advance(2 * 60_000);
+    const a = await connectAsDaemon({ owner: owner.id, client: daemonA.id }, { usage: reportsPrefix });
+    const b = await connectAsDaemon({ owner: owner.id, client: daemonB.id }, { usage: reportsPrefix });
+    // An instance holding at most 8 requests and 64 reports, of them 2 requests and 10 reports from one client.
+    const consumer = await identityConsumer(`test.usage.${suffix}`, suffix, reportsPrefix, {
+      requests: 8,
+      reports: 64,
+      perClientRequests: 2,
+      perClientReports: 10,
+    });
+    // `held`'s row locked by another transaction: reports on it stay in hand until it is let go.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let lockTaken = () => {};
+    const locked = new Promise<void>((resolve) => (lockTaken = resolve));
+    const holder = h.db.transaction().execute(async (trx) => {
+      await sql`SELECT id FROM rental_sessions WHERE id = ${held} FOR UPDATE`.execute(trx);
+      lockTaken();
+      await released;
+    });
+    await locked;
+    try {
+      const machine = crypto.randomUUID();
+      const ask = (conn: typeof a, client: string, ids: string[], session = held) =>
+        conn
+          .request(
+            `${reportsPrefix}.${owner.id}.${client}.${machine}`,
+            JSON.stringify({ reports: ids.map((id) => usageReport(session, id)) }),
+            { timeout: 15_000 },
+          )
+          .then((m) => m.json<Record<string, unknown>>());
+      const overloaded = { problem: { status: 503, code: 'OVERLOADED' } };
+      // A's first request, 8 reports, waits in hand; 3 more would pass its 10: refused at once.
+      const first = ask(a, daemonA.id, ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8']);
+      expect(await ask(a, daemonA.id, ['a9', 'a10', 'a11'])).toMatchObject(overloaded);
+      // One more report fits (9 of 10), but a third request does not (2 requests).
+      const second = ask(a, daemonA.id, ['a12']);
+      expect(await ask(a, daemonA.id, ['a13'])).toMatchObject(overloaded);
+      // The instance holds 2 of its 8 requests: another client's is taken, and applied once there is room to.
+      const others = ask(b, daemonB.id, ['b1'], other);
+      release();
+      await holder;
+      expect(await others).toEqual({ results: [{ status: 201 }] });
+      expect(await first).toEqual({ results: Array.from({ length: 8 }, () => ({ status: 201 })) });
+      expect(await second).toEqual({ results: [{ status: 201 }] });
+      expect((await records(held)).map((r) => r.message_id).sort()).toEqual(
+        ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8', 'a12'].sort(),
+      );
+      const counts = Object.fromEntries(
+        (await consumer.metrics[0]!.get()).values.map((v) => [String(v.labels.reason), v.value]),
+      );
+      expect(counts).toEqual({ overloaded: 2 });
+    } finally {
+      release();
+      await holder.catch(() => {});
+      await consumer.stop();
+      await Promise.all([a.close(), b.close()]);
     }
     const { jetstreamManager } = await import('@nats-io/jetstream');
     await (await jetstreamManager(publisher.connection)).streams.delete(`USAGE_${suffix}`);

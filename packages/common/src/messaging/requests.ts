@@ -28,9 +28,15 @@ export interface RequestServerOptions {
   handle(msg: Msg): Promise<object | undefined>;
   /**
    * At most `max` messages in hand at once: one more is not handled but answered with `busy(msg)` at once (undefined:
-   * not answered), so that a flood holds a bounded amount of work and memory. Default: no bound.
+   * not answered), so that a flood holds a bounded amount of work and memory. With `perSender`, at most
+   * `perSender.max` of them from one sender (`perSender.of(msg)`: its key; undefined: counted only in `max`), so that
+   * one sender's flood leaves room for the others. Default: no bound.
    */
-  limit?: { max: number; busy(msg: Msg): object | undefined };
+  limit?: {
+    max: number;
+    perSender?: { max: number; of(msg: Msg): string | undefined };
+    busy(msg: Msg): object | undefined;
+  };
   /** What a message is, in log lines: `heartbeat`. */
   what: string;
   logger: Logger;
@@ -69,10 +75,14 @@ export async function outOfStreams(connection: NatsConnection, prefix: string, l
 
 /** How long `stop()` lets the subscriptions drain (a connection that is reconnecting never finishes). */
 const DRAIN_TIMEOUT_MS = 5_000;
+/** How long `ready` waits for the server to confirm the subscriptions (one that is reconnecting subscribes later). */
+const READY_TIMEOUT_MS = 5_000;
 
 /** Subscribes in the queue group; messages flow until `stop()`. */
 export function serveRequests(opts: RequestServerOptions): RequestServer {
   let inHand = 0;
+  /** Messages in hand by sender (`limit.perSender`), while a sender has any. */
+  const bySender = new Map<string, number>();
   let drained: (() => void) | undefined;
   const answers: [Msg, string][] = [];
   const sendAnswers = () => {
@@ -90,12 +100,15 @@ export function serveRequests(opts: RequestServerOptions): RequestServer {
       opts.logger.warn({ err: err.message }, `${opts.what} subscription error`);
       return;
     }
-    if (opts.limit && inHand >= opts.limit.max) {
+    const sender = opts.limit?.perSender?.of(msg);
+    const senderHas = sender === undefined ? 0 : (bySender.get(sender) ?? 0);
+    if (opts.limit && (inHand >= opts.limit.max || senderHas >= (opts.limit.perSender?.max ?? Infinity))) {
       const answer = opts.limit.busy(msg);
       if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
       return;
     }
     inHand++;
+    if (sender !== undefined) bySender.set(sender, senderHas + 1);
     void opts
       .handle(msg)
       .then(
@@ -106,6 +119,11 @@ export function serveRequests(opts: RequestServerOptions): RequestServer {
         (err: unknown) => opts.logger.error({ err, subject: msg.subject }, `handling a ${opts.what} failed`),
       )
       .finally(() => {
+        if (sender !== undefined) {
+          const left = (bySender.get(sender) ?? 1) - 1;
+          if (left === 0) bySender.delete(sender);
+          else bySender.set(sender, left);
+        }
         if (--inHand === 0) drained?.();
       });
   };
@@ -114,7 +132,7 @@ export function serveRequests(opts: RequestServerOptions): RequestServer {
   );
   const ready = Promise.race([
     opts.connection.flush().catch(() => {}),
-    new Promise<void>((resolve) => setTimeout(resolve, DRAIN_TIMEOUT_MS).unref()),
+    new Promise<void>((resolve) => setTimeout(resolve, READY_TIMEOUT_MS).unref()),
   ]);
   return {
     ready,

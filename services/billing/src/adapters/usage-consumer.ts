@@ -84,6 +84,8 @@ export interface UsageConsumerOptions {
   durable?: string;
   /** How long a delivered message waits for its ack before it is delivered again (default 30 s). */
   ackWaitMs?: number;
+  /** Bounds on daemons' usage requests in hand (the defaults above `REQUEST_LIMITS`; tests set smaller ones). */
+  requestLimits?: UsageRequestLimits;
   /**
    * How many messages may be in hand at once (default 512). They are applied in
    * batches of concurrent updates (domain/sessions/usage-updates.ts: group commit), so
@@ -178,11 +180,23 @@ async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<S
 const USAGE_QUEUE = 'billing';
 
 /**
- * The most usage requests, and reports in them, one instance holds at once; one more is answered 503 at once (the
- * daemon sends its reports over HTTP). 8,192 reports take well under a second to apply, far within a daemon's wait.
+ * The most usage requests, and reports in them, one instance holds at once, and of them from one daemon client; one
+ * more is answered 503 at once (the daemon sends its reports over HTTP). 8,192 reports take well under a second to
+ * apply, far within a daemon's wait. One client may hold half: a client flooding billing (its own daemon's bug, or
+ * its owner's doing) leaves the other half to every other daemon.
  */
-const MAX_REQUESTS_IN_HAND = 1024;
-const MAX_REPORTS_IN_HAND = 8192;
+export interface UsageRequestLimits {
+  requests: number;
+  reports: number;
+  perClientRequests: number;
+  perClientReports: number;
+}
+const REQUEST_LIMITS: UsageRequestLimits = {
+  requests: 1024,
+  reports: 8192,
+  perClientRequests: 512,
+  perClientReports: 4096,
+};
 
 /** One report's outcome in the answer to a usage request. */
 interface ReportResult {
@@ -201,7 +215,10 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     opts.rejected.inc({ reason: 'overloaded' });
     return { problem: { status: 503, code: 'OVERLOADED', detail: 'billing has too many usage reports in hand' } };
   };
+  const limits = opts.requestLimits ?? REQUEST_LIMITS;
   let reportsInHand = 0;
+  /** Reports in hand by daemon client, while a client has any. */
+  const clientReports = new Map<string, number>();
   /** `named`: the sender the subject names (the subscription's shape; not a sender when its IDs are not UUIDs). */
   const apply = async (msg: Msg, named: ReturnType<typeof subjectSender>): Promise<object> => {
     if (!named) return malformed(`${msg.subject} names no sender`);
@@ -214,8 +231,10 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     const sender = subjectPrincipal(named);
     const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
     const n = body.reports.length;
-    if (reportsInHand + n > MAX_REPORTS_IN_HAND) return busy();
+    const clientHas = clientReports.get(named.client) ?? 0;
+    if (reportsInHand + n > limits.reports || clientHas + n > limits.perClientReports) return busy();
     reportsInHand += n;
+    clientReports.set(named.client, clientHas + n);
     let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageUpdate>>>[];
     try {
       settled = await Promise.allSettled(
@@ -223,6 +242,9 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
       );
     } finally {
       reportsInHand -= n;
+      const left = (clientReports.get(named.client) ?? n) - n;
+      if (left === 0) clientReports.delete(named.client);
+      else clientReports.set(named.client, left);
     }
     const results = settled.map((s, i): ReportResult => {
       if (s.status === 'fulfilled') return { status: s.value.duplicate ? 200 : 201 };
@@ -247,8 +269,12 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     queue: USAGE_QUEUE,
     what: 'usage request',
     logger: opts.logger,
-    // A flood holds a bounded amount of work: past it, the daemon sends its reports over HTTP.
-    limit: { max: MAX_REQUESTS_IN_HAND, busy: (msg) => answering(msg, busy()) },
+    // A flood holds a bounded amount of work, one client's half of it: past it, the daemon sends over HTTP.
+    limit: {
+      max: limits.requests,
+      perSender: { max: limits.perClientRequests, of: (msg) => subjectSender(prefix, msg.subject)?.client },
+      busy: (msg) => answering(msg, busy()),
+    },
     handle: async (msg) => {
       const named = subjectSender(prefix, msg.subject);
       const answer = await inSpanOf(
