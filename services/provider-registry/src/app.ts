@@ -76,6 +76,8 @@ export interface RegistryDeps {
    * use it name a subject of their own.
    */
   takeHeartbeats?: boolean;
+  /** The most NATS heartbeats one daemon client has in hand at once (the subscriber's default; tests set fewer). */
+  heartbeatsPerClient?: number;
   /** Close the publisher and the database when the app closes (the server process owns them). */
   ownsResources?: boolean;
 }
@@ -217,6 +219,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
         // Subjects that name their sender only where no stream captures them (common's messaging/requests.ts).
         subjectIdentity: config.messaging.subject_identity && (await outOfStreams(nats.connection, prefix, logger)),
         rejected: heartbeatRejections,
+        ...(deps.heartbeatsPerClient ? { perClientInHand: deps.heartbeatsPerClient } : {}),
         logger,
       });
       // Ready means taking heartbeats: a daemon's first request after it finds a responder.

@@ -63,6 +63,8 @@ export interface HarnessOptions {
   consumeSessionEvents?: boolean;
   /** Take heartbeats from NATS (on a subject of the harness's own: `messaging.subjects.heartbeats`). */
   takeHeartbeats?: boolean;
+  /** The most NATS heartbeats one daemon client has in hand at once (the app's `heartbeatsPerClient`). */
+  heartbeatsPerClient?: number;
   /** The heartbeats' subject prefix instead of one of the harness's own (auth's NATS users must name it too). */
   heartbeatSubject?: string;
 }
@@ -112,6 +114,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     sweeper: opts.sweeper ?? false,
     consumeSessionEvents: opts.consumeSessionEvents,
     takeHeartbeats: opts.takeHeartbeats,
+    heartbeatsPerClient: opts.heartbeatsPerClient,
   });
   await app.ready();
   // Tests that are not about access call as an admin, with a real token the app verifies.

@@ -1,5 +1,6 @@
 import { type Caller, connectAsDaemon, firstStatus, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, providerBody, startHarness } from './helpers.ts';
 
@@ -102,6 +103,54 @@ describe('heartbeats whose subject names their sender', () => {
     const refused = await nc.request(`${prefix()}.${owner.id}.${other.id}.${machine}`, '', { timeout: 5000 });
     expect(refused.json()).toMatchObject({ status_code: 403, problem: { code: 'NOT_MACHINE_DAEMON' } });
     expect(await lastSeen(machine)).toEqual(before);
+  });
+
+  it("answers a daemon client past its share of the heartbeats in hand 503 at once, and takes another client's", async () => {
+    const small = await startHarness({
+      testDb: h.testDb,
+      takeHeartbeats: true,
+      subjectIdentity: true,
+      heartbeatsPerClient: 2,
+    });
+    const [a, b] = [await rig(), await rig()];
+    const beats = small.config.messaging.subjects.heartbeats;
+    const connectAs = async (r: typeof a) => {
+      const nc = await connectAsDaemon({ owner: r.owner.id, client: r.daemon.id }, { heartbeats: beats });
+      open.push(nc);
+      return nc;
+    };
+    const [ncA, ncB] = [await connectAs(a), await connectAs(b)];
+    // a's machine's narrow row locked by another transaction: its beats stay in hand until it is let go.
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let lockTaken = () => {};
+    const locked = new Promise<void>((resolve) => (lockTaken = resolve));
+    const holder = h.database.db.transaction().execute(async (trx) => {
+      await sql`SELECT 1 FROM provider_liveness WHERE provider_id = ${a.machine} FOR UPDATE`.execute(trx);
+      lockTaken();
+      await released;
+    });
+    await locked;
+    try {
+      const beat = (nc: NatsConnection, r: typeof a) =>
+        nc
+          .request(`${beats}.${r.owner.id}.${r.daemon.id}.${r.machine}`, '', { timeout: 15_000 })
+          .then((m) => m.json<Record<string, unknown>>());
+      const [first, second] = [beat(ncA, a), beat(ncA, a)];
+      // Two in hand: a third from the same client is refused at once.
+      expect(await beat(ncA, a)).toMatchObject({ status_code: 503, problem: { code: 'OVERLOADED' } });
+      // Another client's is taken, and applied once there is room to.
+      const other = beat(ncB, b);
+      release();
+      await holder;
+      expect(await other).toMatchObject({ status_code: 200, id: b.machine });
+      expect(await first).toMatchObject({ status_code: 200, id: a.machine });
+      expect(await second).toMatchObject({ status_code: 200, id: a.machine });
+    } finally {
+      release();
+      await holder.catch(() => {});
+      await small.close();
+    }
   });
 
   it('is not taken by a registry without the setting', async () => {

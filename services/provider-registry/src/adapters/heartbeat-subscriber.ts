@@ -23,7 +23,7 @@
  * `registry_heartbeat_messages_rejected_total{reason}`; nothing of theirs is written.
  */
 import {
-  type AppError,
+  AppError,
   errors,
   hasRole,
   inSpanOf,
@@ -65,8 +65,26 @@ export interface HeartbeatSubscriberOptions {
   subjectIdentity?: boolean;
   /** Counts the heartbeats not applied, by reason (registered on the app before it is ready). */
   rejected: Counter<'reason'>;
+  /** The most heartbeats one daemon client (a subject naming it) has in hand at once (`PER_CLIENT_IN_HAND`). */
+  perClientInHand?: number;
   logger: Logger;
 }
+
+/**
+ * The most heartbeats on subjects naming their sender that one daemon client has in hand at once; one more is
+ * answered 503 OVERLOADED at once (or dropped, when published), so that one client's flood (its daemon's bug, or its
+ * owner's doing) cannot fill the write queue every machine shares (20,000: registry-service.ts). A daemon beats each
+ * of its machines every few seconds, a heartbeat is in hand for milliseconds: 2,000 is far beyond any daemon's.
+ */
+const PER_CLIENT_IN_HAND = 2_000;
+
+/** A full share: one error for all (shedding load must cost next to nothing). */
+const clientOverloaded = new AppError(
+  'unavailable',
+  'OVERLOADED',
+  'this daemon client has too many heartbeats in hand: try again shortly',
+  { headers: { 'retry-after': '1' } },
+);
 
 export interface HeartbeatSubscriber {
   /** Resolves once the NATS server knows the subscriptions (5 s at most: common's serveRequests). */
@@ -168,6 +186,19 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     queue: HEARTBEAT_QUEUE,
     what: 'heartbeat',
     logger: opts.logger,
+    // One client's share of the heartbeats in hand (subjects naming their sender only; the write queue bounds all).
+    limit: {
+      max: Number.POSITIVE_INFINITY,
+      perSender: {
+        max: opts.perClientInHand ?? PER_CLIENT_IN_HAND,
+        of: (msg) => (opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject)?.client : undefined),
+      },
+      busy: (msg) => {
+        rejected.inc({ reason: 'overloaded' });
+        const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+        return answerTo(msg, named) ? heartbeatRefused(clientOverloaded) : undefined;
+      },
+    },
     // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
     handle: async (msg) => {
       const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
