@@ -16,26 +16,31 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
 
-export interface RequestServerOptions {
+export interface RequestServerOptions<T = undefined> {
   connection: Pick<NatsConnection, 'subscribe' | 'flush'>;
   /** The subjects taken (wildcards allowed), all in one queue group. */
   subjects: string[];
   queue: string;
   /**
+   * What the service reads of a message before anything else (the sender its subject names), read once per message
+   * and given to `limit` and `handle`.
+   */
+  read?(msg: Msg): T;
+  /**
    * Handles one message: its answer, or undefined for none (no reply subject, or one the service does not answer on).
    * Never rejects (a failure is an answer too).
    */
-  handle(msg: Msg): Promise<object | undefined>;
+  handle(msg: Msg, read: T): Promise<object | undefined>;
   /**
    * At most `max` messages in hand at once: one more is not handled but answered with `busy(msg)` at once (undefined:
    * not answered), so that a flood holds a bounded amount of work and memory. With `perSender`, at most
-   * `perSender.max` of them from one sender (`perSender.of(msg)`: its key; undefined: counted only in `max`), so that
+   * `perSender.max` of them from one sender (`perSender.of(read)`: its key; undefined: counted only in `max`), so that
    * one sender's flood leaves room for the others. Default: no bound.
    */
   limit?: {
     max: number;
-    perSender?: { max: number; of(msg: Msg): string | undefined };
-    busy(msg: Msg): object | undefined;
+    perSender?: { max: number; of(read: T): string | undefined };
+    busy(msg: Msg, read: T): object | undefined;
   };
   /** What a message is, in log lines: `heartbeat`. */
   what: string;
@@ -79,7 +84,7 @@ const DRAIN_TIMEOUT_MS = 5_000;
 const READY_TIMEOUT_MS = 5_000;
 
 /** Subscribes in the queue group; messages flow until `stop()`. */
-export function serveRequests(opts: RequestServerOptions): RequestServer {
+export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): RequestServer {
   let inHand = 0;
   /** Messages in hand by sender (`limit.perSender`), while a sender has any. */
   const bySender = new Map<string, number>();
@@ -100,17 +105,18 @@ export function serveRequests(opts: RequestServerOptions): RequestServer {
       opts.logger.warn({ err: err.message }, `${opts.what} subscription error`);
       return;
     }
-    const sender = opts.limit?.perSender?.of(msg);
+    const read = opts.read ? opts.read(msg) : (undefined as T);
+    const sender = opts.limit?.perSender?.of(read);
     const senderHas = sender === undefined ? 0 : (bySender.get(sender) ?? 0);
     if (opts.limit && (inHand >= opts.limit.max || senderHas >= (opts.limit.perSender?.max ?? Infinity))) {
-      const answer = opts.limit.busy(msg);
+      const answer = opts.limit.busy(msg, read);
       if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
       return;
     }
     inHand++;
     if (sender !== undefined) bySender.set(sender, senderHas + 1);
     void opts
-      .handle(msg)
+      .handle(msg, read)
       .then(
         (answer) => {
           if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);

@@ -261,7 +261,7 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     return { results };
   };
   /** Only on the sending client's own inbox: a request never makes billing publish anywhere else. */
-  const answering = (msg: Msg, answer: object, named = subjectSender(prefix, msg.subject)): object | undefined =>
+  const answering = (msg: Msg, answer: object, named: ReturnType<typeof subjectSender>): object | undefined =>
     named && isDaemonInbox(msg.reply, named.client) ? answer : undefined;
   return serveRequests({
     connection: opts.connection,
@@ -270,13 +270,14 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     what: 'usage request',
     logger: opts.logger,
     // A flood holds a bounded amount of work, one client's half of it: past it, the daemon sends over HTTP.
+    // The sender the subject names, read once.
+    read: (msg) => subjectSender(prefix, msg.subject),
     limit: {
       max: limits.requests,
-      perSender: { max: limits.perClientRequests, of: (msg) => subjectSender(prefix, msg.subject)?.client },
-      busy: (msg) => answering(msg, busy()),
+      perSender: { max: limits.perClientRequests, of: (named) => named?.client },
+      busy: (msg, named) => answering(msg, busy(), named),
     },
-    handle: async (msg) => {
-      const named = subjectSender(prefix, msg.subject);
+    handle: async (msg, named) => {
       const answer = await inSpanOf(
         messageTraceContext(msg.headers),
         `process ${msg.subject}`,

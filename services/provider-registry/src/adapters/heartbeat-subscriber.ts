@@ -187,21 +187,18 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     what: 'heartbeat',
     logger: opts.logger,
     // One client's share of the heartbeats in hand (subjects naming their sender only; the write queue bounds all).
+    // The sender a subject names (with `subjectIdentity` only), read once.
+    read: (msg): Named => (opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined),
     limit: {
       max: Number.POSITIVE_INFINITY,
-      perSender: {
-        max: opts.perClientInHand ?? PER_CLIENT_IN_HAND,
-        of: (msg) => (opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject)?.client : undefined),
-      },
-      busy: (msg) => {
+      perSender: { max: opts.perClientInHand ?? PER_CLIENT_IN_HAND, of: (named) => named?.client },
+      busy: (msg, named) => {
         rejected.inc({ reason: 'overloaded' });
-        const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
         return answerTo(msg, named) ? heartbeatRefused(clientOverloaded) : undefined;
       },
     },
     // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
-    handle: async (msg) => {
-      const named = opts.subjectIdentity ? subjectSender(opts.prefix, msg.subject) : undefined;
+    handle: async (msg, named) => {
       const answer = await inSpanOf(
         messageTraceContext(msg.headers),
         `process ${msg.subject}`,
