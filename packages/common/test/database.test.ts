@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/index.ts';
+import { openDatabase, PREPARED, PREPARED_SQL } from '../src/index.ts';
 import { createTestDatabase, type TestDatabase } from '../src/testing/index.ts';
 
 let testDb: TestDatabase;
@@ -57,6 +57,39 @@ describe('openDatabase', () => {
       await db.transaction().execute((trx) => trx.insertInto('t').values({ id: 3, amount: '3' }).execute());
       const ids = await db.selectFrom('t').select('id').orderBy('id').execute();
       expect(ids.map((r) => r.id)).toEqual([1, 3]);
+    } finally {
+      await database.close();
+    }
+  });
+
+  it('sends a statement opened by PREPARED as a named prepared statement, once per connection, and no other', async () => {
+    const database = await openDatabase<unknown>({ url: testDb.url, poolSize: 2 });
+    const prepared = (n: number) => sql<{ n: number }>`${PREPARED_SQL}SELECT 10 / ${n}::int AS n`;
+    const stored = (rows: { statement: string }[]) => rows.map((r) => r.statement);
+    try {
+      await database.db.transaction().execute(async (trx) => {
+        // The same text with other values: one stored statement, each execution with its own values.
+        expect((await prepared(2).execute(trx)).rows).toEqual([{ n: 5 }]);
+        expect((await prepared(5).execute(trx)).rows).toEqual([{ n: 2 }]);
+        await sql`SELECT 1 AS unprepared`.execute(trx);
+        const { rows } = await sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`.execute(trx);
+        expect(stored(rows)).toEqual([`${PREPARED}SELECT 10 / $1::int AS n`]);
+      });
+      // An execution that fails rejects with PostgreSQL's error; the stored statement runs again after it.
+      await expect(prepared(0).execute(database.db)).rejects.toMatchObject({ code: '22012' });
+      expect((await prepared(10).execute(database.db)).rows).toEqual([{ n: 1 }]);
+
+      // Texts that vary are named up to the cap (64 a process), then sent unnamed: every one still answers.
+      await database.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < 70; i++) {
+          const { rows } = await sql<{ n: number }>`${PREPARED_SQL}SELECT ${sql.lit(i)}::int AS n`.execute(trx);
+          expect(rows).toEqual([{ n: i }]);
+        }
+        const { rows } = await sql<{ statement: string }>`SELECT statement FROM pg_prepared_statements`.execute(trx);
+        expect(rows.length).toBeLessThanOrEqual(64);
+        expect(stored(rows)).toContain(`${PREPARED}SELECT 62::int AS n`);
+        expect(stored(rows)).not.toContain(`${PREPARED}SELECT 63::int AS n`);
+      });
     } finally {
       await database.close();
     }

@@ -8,13 +8,14 @@
  *   applied from the service's own count of heartbeats written; CPU per process from /proc;
  * - over HTTP, closed loop: POST /providers/heartbeats, one owner's machines per request;
  * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
- *   through a bare `pg` pool from this process, on batches of the service's size, no HTTP or NATS.
+ *   through a `pg` pool as the service's (prepared statements too) from this process, on batches of the service's size, no HTTP or NATS.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '@gpu/bench-kit';
+import { callbackPool } from '@gpu/common';
 import { Kysely, PostgresDialect } from 'kysely';
 import type pg from 'pg';
 import type { RegistryDB } from '../src/db/schema.ts';
@@ -276,7 +277,8 @@ export async function fleetOverHttpPaced(
 
 /**
  * The direct replay: `recordHeartbeats` on batches of `batch` beats (each limited to its owner, one in `metricsEvery`
- * with its first GPU's metrics, as the fleet sends them) through a bare `pg` pool, `workers` batches at once.
+ * with its first GPU's metrics, as the fleet sends them) through a `pg` pool as the service's (its prepared statements
+ * prepared), `workers` batches at once.
  */
 export async function fleetDirect(opts: {
   pool: pg.Pool;
@@ -286,7 +288,8 @@ export async function fleetDirect(opts: {
   seconds: number;
   metricsEvery: number;
 }) {
-  const db = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool: opts.pool }) });
+  // Through the service's pool adapter, so its prepared statements are prepared here too.
+  const db = new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool: callbackPool(opts.pool) }) });
   let n = 0;
   const result = await runLoad(
     async () => {

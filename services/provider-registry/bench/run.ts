@@ -589,7 +589,7 @@ ${fleetRows.join('\n')}
 
 As fast as it goes: \`POST /providers/heartbeats\` from 8 connections (closed loop, ${SECONDS} s) wrote **${fmt(fleetHttp.beatsPerSecond, 0)} heartbeats/s**
 (p99 ${fmt(fleetHttp.p99, 1)} ms per request of ${httpBatch}, ${fleetHttp.errors} failed); the direct replay of the service's batch write
-(\`recordHeartbeats\` on batches of ${replayBatch}, one in ${METRICS_EVERY} with metrics, through a bare \`pg\` pool, 2 at once, no HTTP or
+(\`recordHeartbeats\` on batches of ${replayBatch}, one in ${METRICS_EVERY} with metrics, through a \`pg\` pool as the service's (its prepared statements too), 2 at once, no HTTP or
 NATS) wrote ${fmt(direct.beatsPerSecond, 0)}/s: the service over HTTP at ${fmt(fleetHttp.beatsPerSecond / direct.beatsPerSecond, 2)}x its own SQL, which is PostgreSQL's share.`;
 
     const markdown = `## registry

@@ -7,6 +7,7 @@ import { type Caller, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Beat, recordHeartbeats } from '../src/db/status-repository.ts';
 import { EventCollector, gpu, type Harness, register, startHarness } from './helpers.ts';
 
 let h: Harness;
@@ -115,6 +116,28 @@ describe('POST /providers/heartbeats', () => {
     const stored = (await read(a.id)).gpus[0];
     expect(stored.temperature).toBeNull();
     expect(stored.is_healthy).toBe(true);
+  });
+
+  it('writes batches sharing machines in opposite orders at once without a deadlock (no lock order to keep)', async () => {
+    const machines = await Promise.all(Array.from({ length: 8 }, () => own()));
+    // Each batch's beats in a shuffled order, one in four with new metrics (the statement that writes GPU rows too):
+    // the statements update the machines' rows in the order of their key whatever the beats' order, so batches that
+    // run at once wait for each other and never deadlock (no retry here: a deadlock would reject).
+    const beats = (n: number): Beat[] =>
+      machines
+        .map((m, i) => ({ m, key: (i * 5 + n * 3) % machines.length }))
+        .sort((x, y) => (n % 2 === 0 ? x.key - y.key : y.key - x.key))
+        .map(({ m }, i) => ({
+          id: m.id,
+          owner,
+          daemon: null,
+          ...(i % 4 === n % 4 ? { metrics: [{ index: 0, temperature: 40 + n }] } : {}),
+        }));
+    const written = await Promise.all(Array.from({ length: 24 }, (_, n) => recordHeartbeats(h.database.db, beats(n))));
+    for (const results of written) {
+      expect(results).toHaveLength(machines.length);
+      for (const r of results) expect(r).toMatchObject({ previous_status: 'idle', status: 'idle' });
+    }
   });
 
   it('refuses a malformed batch whole (400), and more than 1,000 heartbeats', async () => {

@@ -15,7 +15,7 @@
  * then sees the status as committed (READ COMMITTED re-checks the row) and,
  * when it now revives the provider, takes the provider-first path.
  */
-import { forEachLimited } from '@gpu/common';
+import { forEachLimited, PREPARED_SQL } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import type { WriteScope } from '../domain/access.ts';
 import { GPU_METRIC_FIELDS, type GpuField, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
@@ -251,9 +251,13 @@ const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
 /**
  * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps,
  * and whose metrics neither name a GPU the provider lacks nor change a GPU's health: their narrow rows' clocks moved
- * to now, locked in ID order, and their GPUs' reported metrics written where they differ from the stored ones (a GPU
- * whose values are all the same is not written at), in the same statement; nothing else is written (not even a lock on
- * `providers`). A narrow row found locked is re-checked once its writer commits. The beats this leaves (a status
+ * to now, and their GPUs' reported metrics written where they differ from the stored ones (a GPU whose values are all
+ * the same is not written at), in the same statement; nothing else is written (not even a lock on `providers`). The
+ * narrow rows are updated as the primary key's index scan of the beats' IDs meets them, in the order of their key
+ * (PostgreSQL sorts an `= ANY` array), whatever the beats' order, so batches that run at once wait for each other in
+ * one order and never deadlock, with no row lock taken beforehand (a `FOR UPDATE` pass had written each row twice: a
+ * an eighth of PostgreSQL's CPU per heartbeat in a direct replay). A narrow row found locked is re-checked once its writer commits (the
+ * update's own re-check of its conditions). The GPU rows come after every narrow row. The beats this leaves (a status
  * that a heartbeat revives, an unknown index, a change of health: what needs the provider's lock and may change its
  * status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
  * metric left out of the write: a beat reporting the stored health has nothing to write there, and leaving it out
@@ -262,14 +266,10 @@ const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
 async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
   const withMetrics = beats.filter((b) => b.metrics && b.metrics.length > 0);
   if (withMetrics.length === 0) {
-    const { rows } = await sql<StatusWrite>`
+    const { rows } = await sql<StatusWrite>`${PREPARED_SQL}
     WITH ${beatsCte(beats)}
     UPDATE provider_liveness l SET last_seen_at = now()
-    FROM (
-      SELECT l.provider_id FROM provider_liveness l
-      WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
-      ORDER BY l.provider_id FOR UPDATE OF l) cur
-    WHERE l.provider_id = cur.provider_id
+    WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
     RETURNING l.provider_id AS id, l.owner_id, l.daemon_client_id, l.status AS previous_status, l.status,
       l.last_seen_at`.execute(db);
     return rows;
@@ -285,28 +285,24 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
 async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], withMetrics: Beat[]) {
   const stored = sql.join(LIVE_METRICS.map((f) => sql.ref(`g.${f.name}`)));
   const after = sql.join(LIVE_METRICS.map((f) => sql`COALESCE(${sql.ref(`m.${f.name}`)}, ${sql.ref(`g.${f.name}`)})`));
-  const { rows } = await sql<StatusWrite>`
+  const { rows } = await sql<StatusWrite>`${PREPARED_SQL}
     WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}), ${beatsCte(beats)},
     cur AS (
-      SELECT l.provider_id, l.owner_id, l.daemon_client_id
-      FROM provider_liveness l
+      UPDATE provider_liveness l SET last_seen_at = now()
       WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
         AND l.provider_id NOT IN (
           SELECT m.provider_id FROM m JOIN provider_liveness ml ON ml.provider_id = m.provider_id
           LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
           WHERE ${metricsMayWrite('ml')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
-      ORDER BY l.provider_id FOR UPDATE OF l),
+      RETURNING l.provider_id, l.owner_id, l.daemon_client_id, l.status, l.last_seen_at),
     metrics AS (
       UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
       FROM m JOIN cur ON cur.provider_id = m.provider_id
       WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND ${metricsMayWrite('cur')}
         AND (${stored}) IS DISTINCT FROM (${after})
       RETURNING g.provider_id)
-    UPDATE provider_liveness l SET last_seen_at = now()
-    FROM cur
-    WHERE l.provider_id = cur.provider_id
-    RETURNING l.provider_id AS id, cur.owner_id, cur.daemon_client_id, l.status AS previous_status, l.status,
-      l.last_seen_at`.execute(db);
+    SELECT provider_id AS id, owner_id, daemon_client_id, status AS previous_status, status, last_seen_at
+    FROM cur`.execute(db);
   return rows;
 }
 
@@ -365,7 +361,7 @@ const LOCKED_CONCURRENCY = 8;
  * status the rule keeps and whose metrics change no GPU's health (`moveClocks`: the beat of nearly every daemon,
  * every interval; one beat with metrics per provider). Only when some are left, metric-less ones go to a second
  * statement that applies the rule under their provider rows' locks (`reviveBeats`), and those with metrics the locked
- * way (`recordLocked`). Each statement locks its rows in ID order, so concurrent batches and instances never
+ * way (`recordLocked`). Each statement takes its rows in ID order, so concurrent batches and instances never
  * deadlock; each is a `step` (the service retries one that failed on a transient error, alone: those before it have
  * committed). One result per beat, in order: the provider's status before and after (as by `recordHeartbeat`; the
  * beats of one provider written together share one), its `UnknownGpuIndex`, or undefined when it names no provider
