@@ -17,3 +17,31 @@ export async function forEachLimited<T>(
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
+
+/**
+ * What each key (a sender, a client) has in hand: added when work is taken, removed when it is done, a key forgotten
+ * once its count is back to zero, so the map holds only the keys with work in hand however many come and go.
+ */
+export class CountsByKey {
+  private readonly counts = new Map<string, number>();
+
+  /** The count of `key` (0 when it has none). */
+  of(key: string): number {
+    return this.counts.get(key) ?? 0;
+  }
+
+  add(key: string, n = 1): void {
+    this.counts.set(key, this.of(key) + n);
+  }
+
+  remove(key: string, n = 1): void {
+    const left = this.of(key) - n;
+    if (left > 0) this.counts.set(key, left);
+    else this.counts.delete(key);
+  }
+
+  /** The keys with some in hand. */
+  get size(): number {
+    return this.counts.size;
+  }
+}

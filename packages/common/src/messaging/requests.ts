@@ -15,6 +15,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
+import { CountsByKey } from '../concurrency.ts';
 
 export interface RequestServerOptions<T = undefined> {
   connection: Pick<NatsConnection, 'subscribe' | 'flush'>;
@@ -86,8 +87,8 @@ const READY_TIMEOUT_MS = 5_000;
 /** Subscribes in the queue group; messages flow until `stop()`. */
 export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): RequestServer {
   let inHand = 0;
-  /** Messages in hand by sender (`limit.perSender`), while a sender has any. */
-  const bySender = new Map<string, number>();
+  /** Messages in hand by sender (`limit.perSender`). */
+  const bySender = new CountsByKey();
   let drained: (() => void) | undefined;
   const answers: [Msg, string][] = [];
   const sendAnswers = () => {
@@ -107,14 +108,14 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
     }
     const read = opts.read ? opts.read(msg) : (undefined as T);
     const sender = opts.limit?.perSender?.of(read);
-    const senderHas = sender === undefined ? 0 : (bySender.get(sender) ?? 0);
+    const senderHas = sender === undefined ? 0 : bySender.of(sender);
     if (opts.limit && (inHand >= opts.limit.max || senderHas >= (opts.limit.perSender?.max ?? Infinity))) {
       const answer = opts.limit.busy(msg, read);
       if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
       return;
     }
     inHand++;
-    if (sender !== undefined) bySender.set(sender, senderHas + 1);
+    if (sender !== undefined) bySender.add(sender);
     void opts
       .handle(msg, read)
       .then(
@@ -125,11 +126,7 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
         (err: unknown) => opts.logger.error({ err, subject: msg.subject }, `handling a ${opts.what} failed`),
       )
       .finally(() => {
-        if (sender !== undefined) {
-          const left = (bySender.get(sender) ?? 1) - 1;
-          if (left === 0) bySender.delete(sender);
-          else bySender.set(sender, left);
-        }
+        if (sender !== undefined) bySender.remove(sender);
         if (--inHand === 0) drained?.();
       });
   };

@@ -24,6 +24,7 @@
 
 import type { NatsPublisher, Principal, Settlement, TokenVerifier } from '@gpu/common';
 import {
+  CountsByKey,
   type DurableConsumer,
   inSpanOf,
   isDaemonInbox,
@@ -217,8 +218,8 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
   };
   const limits = opts.requestLimits ?? REQUEST_LIMITS;
   let reportsInHand = 0;
-  /** Reports in hand by daemon client, while a client has any. */
-  const clientReports = new Map<string, number>();
+  /** Reports in hand by daemon client. */
+  const clientReports = new CountsByKey();
   /** `named`: the sender the subject names (the subscription's shape; not a sender when its IDs are not UUIDs). */
   const apply = async (msg: Msg, named: ReturnType<typeof subjectSender>): Promise<object> => {
     if (!named) return malformed(`${msg.subject} names no sender`);
@@ -231,10 +232,10 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     const sender = subjectPrincipal(named);
     const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
     const n = body.reports.length;
-    const clientHas = clientReports.get(named.client) ?? 0;
+    const clientHas = clientReports.of(named.client);
     if (reportsInHand + n > limits.reports || clientHas + n > limits.perClientReports) return busy();
     reportsInHand += n;
-    clientReports.set(named.client, clientHas + n);
+    clientReports.add(named.client, n);
     let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageUpdate>>>[];
     try {
       settled = await Promise.allSettled(
@@ -242,9 +243,7 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
       );
     } finally {
       reportsInHand -= n;
-      const left = (clientReports.get(named.client) ?? n) - n;
-      if (left === 0) clientReports.delete(named.client);
-      else clientReports.set(named.client, left);
+      clientReports.remove(named.client, n);
     }
     const results = settled.map((s, i): ReportResult => {
       if (s.status === 'fulfilled') return { status: s.value.duplicate ? 200 : 201 };
