@@ -254,12 +254,14 @@ const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
  * to now, and their GPUs' reported metrics written where they differ from the stored ones (a GPU whose values are all
  * the same is not written at), in the same statement; nothing else is written (not even a lock on `providers`). The
  * narrow rows are updated as the primary key's index scan of the beats' IDs meets them, in the order of their key
- * (PostgreSQL sorts an `= ANY` array), whatever the beats' order, so batches that run at once wait for each other in
- * one order and never deadlock, with no row lock taken beforehand (a `FOR UPDATE` pass had written each row twice: a
- * an eighth of PostgreSQL's CPU per heartbeat in a direct replay). A narrow row found locked is re-checked once its writer commits (the
- * update's own re-check of its conditions). The GPU rows come after every narrow row. The beats this leaves (a status
- * that a heartbeat revives, an unknown index, a change of health: what needs the provider's lock and may change its
- * status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
+ * (PostgreSQL sorts an `= ANY` array; the plan it picks at every batch size measured, 1 to 1,000), whatever the beats'
+ * order, so batches that run at once wait for each other in one order, with no row lock taken beforehand (a `FOR
+ * UPDATE` pass had written each row twice: an eighth of PostgreSQL's CPU per heartbeat in a direct replay). Should
+ * two batches ever meet in opposite orders (another plan), PostgreSQL breaks the deadlock after `deadlock_timeout`
+ * and the statement is retried as a transient error (the service's `step`). A narrow row found locked is re-checked
+ * once its writer commits (the update's own re-check of its conditions). The GPU rows come after every narrow row.
+ * The beats this leaves (a status that a heartbeat revives, an unknown index, a change of health: what needs the
+ * provider's lock and may change its status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
  * metric left out of the write: a beat reporting the stored health has nothing to write there, and leaving it out
  * means an older report can never undo a health change committed under the provider's lock meanwhile.
  */
