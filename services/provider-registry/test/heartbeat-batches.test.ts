@@ -118,11 +118,12 @@ describe('POST /providers/heartbeats', () => {
     expect(stored.is_healthy).toBe(true);
   });
 
-  it('writes batches sharing machines in opposite orders at once without a deadlock (no lock order to keep)', async () => {
+  it('writes batches sharing machines in opposite orders at once without a deadlock', async () => {
     const machines = await Promise.all(Array.from({ length: 8 }, () => own()));
     // Each batch's beats in a shuffled order, one in four with new metrics (the statement that writes GPU rows too):
-    // the statements update the machines' rows in the order of their key whatever the beats' order, so batches that
-    // run at once wait for each other and never deadlock (no retry here: a deadlock would reject).
+    // the statements lock the machines' rows in the order of their key whatever the beats' order and whatever plan
+    // PostgreSQL picks, so batches that run at once wait for each other and never deadlock (no retry here: a
+    // deadlock would reject).
     const beats = (n: number): Beat[] =>
       machines
         .map((m, i) => ({ m, key: (i * 5 + n * 3) % machines.length }))

@@ -251,15 +251,13 @@ const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
 /**
  * The heartbeats of `beats` (each limited to an owner; null: any) whose provider's status the heartbeat rule keeps,
  * and whose metrics neither name a GPU the provider lacks nor change a GPU's health: their narrow rows' clocks moved
- * to now, and their GPUs' reported metrics written where they differ from the stored ones (a GPU whose values are all
- * the same is not written at), in the same statement; nothing else is written (not even a lock on `providers`). The
- * narrow rows are updated as the primary key's index scan of the beats' IDs meets them, in the order of their key
- * (PostgreSQL sorts an `= ANY` array; the plan it picks at every batch size measured, 1 to 1,000), whatever the beats'
- * order, so batches that run at once wait for each other in one order, with no row lock taken beforehand (a `FOR
- * UPDATE` pass had written each row twice: an eighth of PostgreSQL's CPU per heartbeat in a direct replay). Should
- * two batches ever meet in opposite orders (another plan), PostgreSQL breaks the deadlock after `deadlock_timeout`
- * and the statement is retried as a transient error (the service's `step`). A narrow row found locked is re-checked
- * once its writer commits (the update's own re-check of its conditions). The GPU rows come after every narrow row.
+ * to now, locked in ID order, and their GPUs' reported metrics written where they differ from the stored ones (a GPU
+ * whose values are all the same is not written at), in the same statement; nothing else is written (not even a lock on
+ * `providers`). The rows are locked in key order first (`ORDER BY ... FOR UPDATE`), whatever the beats' order and
+ * whatever plan PostgreSQL picks: the update alone took them in its scan's order, which a sequential scan (a small
+ * table) makes the order of the rows' versions on their pages, and two batches that shared machines deadlocked
+ * (`heartbeat-batches.test.ts`). The lock pass costs about an eighth of PostgreSQL's CPU per heartbeat (a direct
+ * replay at a million machines, batches of 500). A narrow row found locked is re-checked once its writer commits.
  * The beats this leaves (a status that a heartbeat revives, an unknown index, a change of health: what needs the
  * provider's lock and may change its status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
  * metric left out of the write: a beat reporting the stored health has nothing to write there, and leaving it out
@@ -271,7 +269,11 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
     const { rows } = await sql<StatusWrite>`${PREPARED_SQL}
     WITH ${beatsCte(beats)}
     UPDATE provider_liveness l SET last_seen_at = now()
-    WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
+    FROM (
+      SELECT l.provider_id FROM provider_liveness l
+      WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
+      ORDER BY l.provider_id FOR UPDATE OF l) cur
+    WHERE l.provider_id = cur.provider_id
     RETURNING l.provider_id AS id, l.owner_id, l.daemon_client_id, l.status AS previous_status, l.status,
       l.last_seen_at`.execute(db);
     return rows;
@@ -290,21 +292,25 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
   const { rows } = await sql<StatusWrite>`${PREPARED_SQL}
     WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}), ${beatsCte(beats)},
     cur AS (
-      UPDATE provider_liveness l SET last_seen_at = now()
+      SELECT l.provider_id, l.owner_id, l.daemon_client_id
+      FROM provider_liveness l
       WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
         AND l.provider_id NOT IN (
           SELECT m.provider_id FROM m JOIN provider_liveness ml ON ml.provider_id = m.provider_id
           LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
           WHERE ${metricsMayWrite('ml')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
-      RETURNING l.provider_id, l.owner_id, l.daemon_client_id, l.status, l.last_seen_at),
+      ORDER BY l.provider_id FOR UPDATE OF l),
     metrics AS (
       UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
       FROM m JOIN cur ON cur.provider_id = m.provider_id
       WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND ${metricsMayWrite('cur')}
         AND (${stored}) IS DISTINCT FROM (${after})
       RETURNING g.provider_id)
-    SELECT provider_id AS id, owner_id, daemon_client_id, status AS previous_status, status, last_seen_at
-    FROM cur`.execute(db);
+    UPDATE provider_liveness l SET last_seen_at = now()
+    FROM cur
+    WHERE l.provider_id = cur.provider_id
+    RETURNING l.provider_id AS id, cur.owner_id, cur.daemon_client_id, l.status AS previous_status, l.status,
+      l.last_seen_at`.execute(db);
   return rows;
 }
 
@@ -363,7 +369,7 @@ const LOCKED_CONCURRENCY = 8;
  * status the rule keeps and whose metrics change no GPU's health (`moveClocks`: the beat of nearly every daemon,
  * every interval; one beat with metrics per provider). Only when some are left, metric-less ones go to a second
  * statement that applies the rule under their provider rows' locks (`reviveBeats`), and those with metrics the locked
- * way (`recordLocked`). Each statement takes its rows in ID order, so concurrent batches and instances never
+ * way (`recordLocked`). Each statement locks its rows in ID order, so concurrent batches and instances never
  * deadlock; each is a `step` (the service retries one that failed on a transient error, alone: those before it have
  * committed). One result per beat, in order: the provider's status before and after (as by `recordHeartbeat`; the
  * beats of one provider written together share one), its `UnknownGpuIndex`, or undefined when it names no provider
