@@ -259,9 +259,10 @@ const LIVE_METRICS = GPU_METRIC_FIELDS.filter((f) => f.name !== 'is_healthy');
  * (`heartbeat-batches.test.ts`). The lock pass costs about an eighth of PostgreSQL's CPU per heartbeat (a direct
  * replay at a million machines, batches of 500). A narrow row found locked is re-checked once its writer commits.
  * The beats this leaves (a status that a heartbeat revives, an unknown index, a change of health: what needs the
- * provider's lock and may change its status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no event either. Health is the one
- * metric left out of the write: a beat reporting the stored health has nothing to write there, and leaving it out
- * means an older report can never undo a health change committed under the provider's lock meanwhile.
+ * provider's lock and may change its status) go to `recordHeartbeat` or `reviveBeats`. No status changes here, so no
+ * event either. Health is the one metric left out of the write: a beat reporting the stored health has nothing to
+ * write there, and leaving it out means an older report can never undo a health change committed under the
+ * provider's lock meanwhile.
  */
 async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
   const withMetrics = beats.filter((b) => b.metrics && b.metrics.length > 0);
