@@ -8,7 +8,8 @@
  *   applied from the service's own count of heartbeats written; CPU per process from /proc;
  * - over HTTP, closed loop: POST /providers/heartbeats, one owner's machines per request;
  * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
- *   through a `pg` pool as the service's (prepared statements too) from this process, on batches of the service's size, no HTTP or NATS.
+ *   through a `pg` pool as the service's (prepared statements too) from this process, on batches of the service's
+ *   size, no HTTP or NATS.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
