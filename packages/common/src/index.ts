@@ -208,6 +208,7 @@ export {
   startDurableConsumer,
   subjectPrincipal,
   subjectSender,
+  type TakenMessage,
   writeNatsSetup,
 } from './messaging/index.ts';
 export {
@@ -259,6 +260,8 @@ export {
 export {
   activeTraceContext,
   inSpanOf,
+  type OpenSpan,
+  startSpanOf,
   startTracing,
   type Tracing,
   traceFields,

@@ -35,6 +35,35 @@ describe('GroupCommit', () => {
     expect(gc.stats).toEqual({ batches: 2, items: 4, largestBatch: 3 });
   });
 
+  it("submits several at once: one answer per item in order, across batches, each item's error its own", async () => {
+    const r = recorder((n) => (n === 3 ? new Error('three') : n * 10));
+    const gc = new GroupCommit(r.run, { maxBatch: 2, maxInFlight: 1, maxQueued: 4 });
+    const all = gc.submitAll([1, 2, 3, 4, 5]);
+    const none = await gc.submitAll([]);
+    expect(none).toEqual([]);
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1, 2]]);
+    await r.release();
+    await r.release();
+    const out = await all;
+    expect(out.slice(0, 2)).toEqual([10, 20]);
+    expect(out[2]).toMatchObject({ message: 'three' });
+    expect(out[3]).toBe(40);
+    // The queue held four: the fifth was refused at once, as `submit` refuses one.
+    expect(out[4]).toMatchObject({ code: 'OVERLOADED', kind: 'unavailable' });
+    expect(r.batches).toEqual([
+      [1, 2],
+      [3, 4],
+    ]);
+    const failing = new GroupCommit<number, number>(async () => {
+      throw 'the database is away';
+    });
+    expect(await failing.submitAll([1, 2])).toEqual([
+      new Error('the database is away'),
+      new Error('the database is away'),
+    ]);
+  });
+
   it('caps batches at maxBatch and runs up to maxInFlight at once', async () => {
     const r = recorder();
     const gc = new GroupCommit(r.run, { maxBatch: 2, maxInFlight: 2 });

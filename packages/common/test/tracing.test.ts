@@ -19,6 +19,7 @@ import {
   createLogger,
   type NatsPublisher,
   startDurableConsumer,
+  startSpanOf,
   startTracing,
   tracingConfigured,
   tracingOn,
@@ -153,6 +154,33 @@ describe("tracing on: a caller's sampled flag decides nothing", () => {
 });
 
 describe('tracing on: NATS messages', () => {
+  it("opens a span for one item of a batch: under the sender's span, or a trace of its own, failed with the item", async () => {
+    const opts = { kind: 'consumer', tracer: 'batch consumer', untraced: 'new' } as const;
+    expect(startSpanOf(undefined, 'process off', opts)).toBeUndefined();
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter });
+    try {
+      const sender = trace.getTracer('sender').startSpan('send');
+      const carrier: Record<string, string> = {};
+      propagation.inject(trace.setSpan(ROOT_CONTEXT, sender), carrier);
+      sender.end();
+      startSpanOf(carrier, 'process traced', opts)?.end();
+      startSpanOf(undefined, 'process untraced', opts)?.end(new Error('refused'));
+      expect(startSpanOf(undefined, 'process unopened', { ...opts, untraced: 'none' })).toBeUndefined();
+      const spans = exporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === 'batch consumer');
+      expect(spans.map((s) => s.name)).toEqual(['process traced', 'process untraced']);
+      const [traced, untraced] = spans;
+      expect(traced?.parentSpanContext?.spanId).toBe(sender.spanContext().spanId);
+      expect(traced?.spanContext().traceId).toBe(sender.spanContext().traceId);
+      expect(traced?.status.code).toBe(0 /* UNSET */);
+      expect(untraced?.parentSpanContext).toBeUndefined();
+      expect(untraced?.status).toMatchObject({ code: 2 /* ERROR */, message: 'refused' });
+      expect(untraced?.events.map((e) => e.name)).toEqual(['exception']);
+    } finally {
+      await tracing?.shutdown();
+    }
+  });
+
   it("logs each message's lines with its trace: the sender's when it carries one, else one of its own", async () => {
     const exporter = new InMemorySpanExporter();
     const tracing = await startTracing({ service: 'test', exporter });

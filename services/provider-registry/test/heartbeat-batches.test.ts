@@ -270,6 +270,45 @@ describe('heartbeats over NATS', () => {
     expect(await beat(MISSING, {})).toMatchObject({ status_code: 404, problem: { code: 'PROVIDER_NOT_FOUND' } });
   });
 
+  it('answers each of the heartbeats that arrive together in its own way, the refused among them writing nothing', async () => {
+    const machines = await Promise.all(Array.from({ length: 8 }, () => own()));
+    const theirs = await register(h.app, { owner_id: randomUUID(), gpus: [gpu()] });
+    const theirsBefore = (await read(theirs.id)).last_seen_at;
+    const grouped = async () =>
+      Number(
+        /^registry_heartbeats_grouped_total\{[^}]*\} (\d+)$/m.exec(
+          (await h.app.inject({ method: 'GET', url: '/metrics' })).body,
+        )?.[1] ?? 0,
+      );
+    const groupedBefore = await grouped();
+    // All sent in one turn: they reach the registry together, and it takes them as one batch of messages.
+    const answers = await Promise.all([
+      ...machines.map((m, i) => beat(m.id, { gpu_metrics: [{ index: 0, temperature: 40 + i }] })),
+      beat(machines[0]!.id, {}, 'Bearer forged'),
+      beat(machines[1]!.id, '{"gpu_metrics": ['),
+      beat(machines[2]!.id, { gpu_metrics: [{ index: 7, temperature: 50 }] }),
+      beat(theirs.id, {}),
+      beat(MISSING, {}),
+    ]);
+    expect(answers.slice(0, 8)).toEqual(
+      machines.map((m) => expect.objectContaining({ status_code: 200, id: m.id, status: 'idle' })),
+    );
+    expect(answers.slice(8).map((a) => [a.status_code, (a.problem as { code: string }).code])).toEqual([
+      [401, 'INVALID_TOKEN'],
+      [400, 'MALFORMED_JSON'],
+      [400, 'UNKNOWN_GPU_INDEX'],
+      [403, 'NOT_PROVIDER_OWNER'],
+      [404, 'PROVIDER_NOT_FOUND'],
+    ]);
+    expect(await Promise.all(machines.map(async (m) => (await read(m.id)).gpus[0].temperature))).toEqual(
+      machines.map((_, i) => 40 + i),
+    );
+    expect((await read(theirs.id)).last_seen_at).toBe(theirsBefore);
+    // The eight, the GPU it lacks, another owner's and the unknown machine went to the write; the forged and the
+    // malformed were refused before it.
+    expect((await grouped()) - groupedBefore).toBe(11);
+  });
+
   it("answers only on a requester's inbox, never on another subject it names", async () => {
     const a = await own();
     const elsewhere = `test.${randomUUID()}.not-an-inbox`;

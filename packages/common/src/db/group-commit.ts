@@ -77,6 +77,33 @@ export class GroupCommit<I, O> {
   }
 
   /**
+   * Queues several items at once (a turn's messages, a request's batch): resolves, once every one has its result,
+   * with one per item in order: its value or its Error (a full queue's OVERLOADED for those it had no room for). It
+   * never rejects, and costs no promise per item.
+   */
+  submitAll(items: I[]): Promise<(O | Error)[]> {
+    return new Promise((resolve) => {
+      const results = new Array<O | Error>(items.length);
+      let left = items.length;
+      const settle = (i: number, result: O | Error) => {
+        results[i] = result;
+        if (--left === 0) resolve(results);
+      };
+      if (left === 0) resolve(results);
+      items.forEach((item, i) => {
+        if (this.queue.length >= this.maxQueued) settle(i, this.overloaded());
+        else
+          this.queue.push({
+            item,
+            resolve: (value) => settle(i, value),
+            reject: (err) => settle(i, err instanceof Error ? err : new Error(String(err))),
+          });
+      });
+      this.schedule();
+    });
+  }
+
+  /**
    * The error of a full queue: one made for all (shedding load must cost next to nothing: a new error each time, with
    * its stack, cost more than the work it refused).
    */

@@ -54,5 +54,11 @@ export {
   NoopPublisher,
   type PublishOptions,
 } from './publisher.ts';
-export { outOfStreams, type RequestServer, type RequestServerOptions, serveRequests } from './requests.ts';
+export {
+  outOfStreams,
+  type RequestServer,
+  type RequestServerOptions,
+  serveRequests,
+  type TakenMessage,
+} from './requests.ts';
 export { awaitStream, type EnsureStreamOptions, ensureStream } from './stream.ts';

@@ -1,8 +1,8 @@
 /**
  * Requests over core NATS (not JetStream) served by a queue group of a service's instances, each message reaching one
  * of them: the registry's heartbeats and billing's usage reports from provider daemons. Messages are handled as they
- * come, any number at once (the service's own group commit batches their writes); the answers leave together once
- * per turn of the event loop, so that NATS writes them to its socket in one go (answers sent one by one cost a
+ * come, any number at once (the service's own group commit batches their writes), one by one or a turn's messages
+ * together (`handleBatch`); the answers leave together once per turn of the event loop, so that NATS writes them to its socket in one go (answers sent one by one cost a
  * socket write each). The service answers only on a reply subject it accepts (a requester's own inbox), so that a
  * message never makes it publish anywhere else.
  *
@@ -17,7 +17,35 @@ import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node'
 import type { Logger } from 'pino';
 import { CountsByKey } from '../concurrency.ts';
 
-export interface RequestServerOptions<T = undefined> {
+/** A message taken, with what `read` read of it. */
+export interface TakenMessage<T> {
+  msg: Msg;
+  read: T;
+}
+
+/**
+ * How messages are handled: one at a time (`handle`), or those taken in one turn of the event loop together
+ * (`handleBatch`: all a socket read delivered, and more under load; a service that writes them in one statement
+ * spends no promise per message).
+ */
+type RequestHandling<T> =
+  | {
+      /**
+       * Handles one message: its answer, or undefined for none (no reply subject, or one the service does not answer
+       * on). Never rejects (a failure is an answer too).
+       */
+      handle(msg: Msg, read: T): Promise<object | undefined>;
+      handleBatch?: never;
+    }
+  | {
+      /** Handles several messages: one answer (or undefined) per message, in order. Never rejects. */
+      handleBatch(taken: TakenMessage<T>[]): Promise<(object | undefined)[]>;
+      handle?: never;
+    };
+
+export type RequestServerOptions<T = undefined> = RequestServerBase<T> & RequestHandling<T>;
+
+interface RequestServerBase<T> {
   connection: Pick<NatsConnection, 'subscribe' | 'flush'>;
   /** The subjects taken (wildcards allowed), all in one queue group. */
   subjects: string[];
@@ -27,11 +55,6 @@ export interface RequestServerOptions<T = undefined> {
    * and given to `limit` and `handle`.
    */
   read?(msg: Msg): T;
-  /**
-   * Handles one message: its answer, or undefined for none (no reply subject, or one the service does not answer on).
-   * Never rejects (a failure is an answer too).
-   */
-  handle(msg: Msg, read: T): Promise<object | undefined>;
   /**
    * At most `max` messages in hand at once: one more is not handled but answered with `busy(msg)` at once (undefined:
    * not answered), so that a flood holds a bounded amount of work and memory. With `perSender`, at most
@@ -111,23 +134,50 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
     const senderHas = sender === undefined ? 0 : bySender.of(sender);
     if (opts.limit && (inHand >= opts.limit.max || senderHas >= (opts.limit.perSender?.max ?? Infinity))) {
       const answer = opts.limit.busy(msg, read);
-      if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+      if (answer !== undefined) queueAnswer(msg, answer);
       return;
     }
     inHand++;
     if (sender !== undefined) bySender.add(sender);
+    if (opts.handleBatch) {
+      if (taken.push({ msg, read }) === 1) setImmediate(handleTaken);
+      return;
+    }
     void opts
       .handle(msg, read)
       .then(
-        (answer) => {
-          if (answer !== undefined && answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
-        },
+        (answer) => answer !== undefined && queueAnswer(msg, answer),
         // A handler's bug: logged, not answered (the sender's request times out and it sends again).
         (err: unknown) => opts.logger.error({ err, subject: msg.subject }, `handling a ${opts.what} failed`),
       )
+      .finally(() => done(read));
+  };
+  /** Queues one answer; the queue leaves on the next turn. */
+  const queueAnswer = (msg: Msg, answer: object) => {
+    if (answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
+  };
+  /** One message handled: out of the counts. */
+  const done = (read: T) => {
+    const sender = opts.limit?.perSender?.of(read);
+    if (sender !== undefined) bySender.remove(sender);
+    if (--inHand === 0) drained?.();
+  };
+  /** The messages taken this turn, for `handleBatch`. */
+  let taken: TakenMessage<T>[] = [];
+  const handleTaken = () => {
+    const batch = taken;
+    taken = [];
+    void opts.handleBatch!(batch)
+      .then(
+        (out) =>
+          batch.forEach(({ msg }, i) => {
+            const answer = out[i];
+            if (answer !== undefined) queueAnswer(msg, answer);
+          }),
+        (err: unknown) => opts.logger.error({ err, messages: batch.length }, `handling ${opts.what}s failed`),
+      )
       .finally(() => {
-        if (sender !== undefined) bySender.remove(sender);
-        if (--inHand === 0) drained?.();
+        for (const { read } of batch) done(read);
       });
   };
   const subscriptions: Subscription[] = opts.subjects.map((subject) =>

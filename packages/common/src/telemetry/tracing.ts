@@ -179,6 +179,45 @@ export interface SpanOptions {
 
 const SPAN_KINDS = { producer: SpanKind.PRODUCER, consumer: SpanKind.CONSUMER, internal: SpanKind.INTERNAL } as const;
 
+/** A span `startSpanOf` opened; its opener ends it with the work's outcome. */
+export interface OpenSpan {
+  end(err?: unknown): void;
+}
+
+/** The span `inSpanOf` and `startSpanOf` open, and its parent context; undefined where they open none. */
+function openSpan(carrier: Record<string, string> | undefined, name: string, opts: SpanOptions) {
+  if (!on || (!carrier?.traceparent && opts.untraced !== 'new')) return undefined;
+  const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
+  const span = tracer(opts.tracer).startSpan(
+    name,
+    { kind: SPAN_KINDS[opts.kind], attributes: opts.attributes },
+    parent,
+  );
+  return { span, parent };
+}
+
+/**
+ * Opens a span as `inSpanOf` does, for work that does not run in it (one item of a batch written together): the
+ * caller ends it, with the item's error when it failed. Undefined when `inSpanOf` would open none.
+ */
+export function startSpanOf(
+  carrier: Record<string, string> | undefined,
+  name: string,
+  opts: SpanOptions,
+): OpenSpan | undefined {
+  const span = openSpan(carrier, name, opts)?.span;
+  if (!span) return undefined;
+  return {
+    end(err?: unknown) {
+      if (err !== undefined) {
+        if (err instanceof Error) span.recordException(err);
+        span.setStatus({ code: SpanStatusCode.ERROR, ...(err instanceof Error ? { message: err.message } : {}) });
+      }
+      span.end();
+    },
+  };
+}
+
 /**
  * Runs `fn` in a span of its own whose parent is the trace context `carrier` holds (an outbox event's, a message's
  * headers, a session's), ending it with `fn`'s outcome; `fn` alone when tracing is off, and when there is no context
@@ -191,15 +230,11 @@ export async function inSpanOf<T>(
   fn: () => Promise<T>,
 ): Promise<T> {
   if (!on) return fn();
+  const opened = openSpan(carrier, name, opts);
   // Untraced work runs in no trace, or in one of its own: never in that of whatever request woke the relay or the
   // consumer.
-  if (!carrier?.traceparent && opts.untraced !== 'new') return context.with(ROOT_CONTEXT, fn);
-  const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
-  const span = tracer(opts.tracer).startSpan(
-    name,
-    { kind: SPAN_KINDS[opts.kind], attributes: opts.attributes },
-    parent,
-  );
+  if (!opened) return context.with(ROOT_CONTEXT, fn);
+  const { span, parent } = opened;
   try {
     return await context.with(trace.setSpan(parent, span), fn);
   } catch (err) {

@@ -26,7 +26,6 @@ import {
   AppError,
   errors,
   hasRole,
-  inSpanOf,
   isDaemonInbox,
   isRefusal,
   isUuid,
@@ -36,9 +35,11 @@ import {
   type Principal,
   principalOf,
   serveRequests,
+  startSpanOf,
   statusOf,
   subjectPrincipal,
   subjectSender,
+  type TakenMessage,
   type TokenVerifier,
   toAppError,
   UNCHECKED_PRINCIPAL,
@@ -47,7 +48,7 @@ import {
 import type { Msg } from '@nats-io/transport-node';
 import { Counter } from 'prom-client';
 import { MANAGING_ROLES } from '../domain/access.ts';
-import type { RegistryService } from '../domain/registry-service.ts';
+import type { HeartbeatInput, RegistryService, StatusResult } from '../domain/registry-service.ts';
 import { UnknownGpuIndex } from '../errors.ts';
 import { heartbeatAnswered, heartbeatRefused, heartbeatSchema } from '../routes/schemas.ts';
 
@@ -139,42 +140,101 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     return named ? { id, sender: subjectPrincipal(named) } : { id };
   }
 
-  /** Applies one heartbeat: the answer's JSON (one result of POST /providers/heartbeats). */
-  async function apply(msg: Msg, subjectNames: Named): Promise<object> {
-    try {
-      const { id, sender: named } = subjectOf(msg.subject, subjectNames);
-      const sender =
-        named ??
-        (opts.verifier
-          ? principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined))
-          : UNCHECKED_PRINCIPAL);
-      if (sender.scopes) throw errors.forbidden('an API key sends no heartbeat', 'INSUFFICIENT_SCOPE');
-      if (!sender.unchecked && !hasRole(sender, ...MANAGING_ROLES)) {
-        throw errors.forbidden(`this action requires the role ${MANAGING_ROLES.join(' or ')}`, 'ROLE_REQUIRED');
-      }
-      const text = decoder.decode(msg.data);
-      let json: unknown = null;
-      try {
-        json = text.trim() === '' ? null : JSON.parse(text);
-      } catch {
-        throw errors.badRequest('MALFORMED_JSON', 'the heartbeat is not JSON');
-      }
-      const body = heartbeatSchema.safeParse(json);
-      if (!body.success) {
-        throw errors.validation(
-          'invalid heartbeat',
-          body.error.issues.map((i) => ({ path: ['body', ...i.path].join('.'), message: i.message })),
-        );
-      }
-      const result = await opts.registry.heartbeat(sender, id, body.data?.gpu_metrics ?? []);
-      return heartbeatAnswered(result);
-    } catch (thrown) {
-      const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
-      const reason = reasonOf(err);
-      rejected.inc({ reason });
-      if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
-      return heartbeatRefused(err);
+  /** The heartbeat a message carries from `sender`: refused (thrown) when the sender may not beat or the body is bad. */
+  function beatOf(msg: Msg, id: string, sender: Principal): HeartbeatInput {
+    if (sender.scopes) throw errors.forbidden('an API key sends no heartbeat', 'INSUFFICIENT_SCOPE');
+    if (!sender.unchecked && !hasRole(sender, ...MANAGING_ROLES)) {
+      throw errors.forbidden(`this action requires the role ${MANAGING_ROLES.join(' or ')}`, 'ROLE_REQUIRED');
     }
+    if (msg.data.length === 0) return { actor: sender, id, metrics: [] };
+    const text = decoder.decode(msg.data);
+    let json: unknown = null;
+    try {
+      json = text.trim() === '' ? null : JSON.parse(text);
+    } catch {
+      throw errors.badRequest('MALFORMED_JSON', 'the heartbeat is not JSON');
+    }
+    const body = heartbeatSchema.safeParse(json);
+    if (!body.success) {
+      throw errors.validation(
+        'invalid heartbeat',
+        body.error.issues.map((i) => ({ path: ['body', ...i.path].join('.'), message: i.message })),
+      );
+    }
+    return { actor: sender, id, metrics: body.data?.gpu_metrics ?? [] };
+  }
+
+  /** The sender a message's token names (verified as of now), or the unchecked one with access control off. */
+  async function tokenSender(msg: Msg): Promise<Principal> {
+    if (!opts.verifier) return UNCHECKED_PRINCIPAL;
+    return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
+  }
+
+  /** A refused heartbeat's answer (one result of POST /providers/heartbeats), counted by reason; failures logged. */
+  function refusal(msg: Msg, thrown: Error): object {
+    const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
+    const reason = reasonOf(err);
+    rejected.inc({ reason });
+    if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
+    return heartbeatRefused(err);
+  }
+
+  /**
+   * Applies the heartbeats of a turn together: each is read and checked on its own (a refused one is answered with
+   * its problem, and writes nothing), and those that pass join the group commit at once (`RegistryService.heartbeats`).
+   * With tracing on, each gets a consumer span, in its sender's trace when the message carries one.
+   */
+  async function applyAll(taken: TakenMessage<Named>[]): Promise<(object | undefined)[]> {
+    const spans = taken.map(({ msg }) =>
+      startSpanOf(messageTraceContext(msg.headers), `process ${msg.subject}`, {
+        kind: 'consumer',
+        tracer: 'heartbeat subscriber',
+        attributes: { 'messaging.destination.name': msg.subject },
+        untraced: 'new',
+      }),
+    );
+    const outcomes: (StatusResult | Error | undefined)[] = new Array(taken.length);
+    const beats: HeartbeatInput[] = [];
+    const places: number[] = [];
+    const verifying: Promise<void>[] = [];
+    const add = (i: number, beat: () => HeartbeatInput) => {
+      try {
+        beats.push(beat());
+        places.push(i);
+      } catch (err) {
+        outcomes[i] = err as Error;
+      }
+    };
+    taken.forEach(({ msg, read: named }, i) => {
+      try {
+        const { id, sender } = subjectOf(msg.subject, named);
+        if (sender) add(i, () => beatOf(msg, id, sender));
+        else
+          verifying.push(
+            tokenSender(msg).then(
+              (verified) => add(i, () => beatOf(msg, id, verified)),
+              (err: Error) => {
+                outcomes[i] = err;
+              },
+            ),
+          );
+      } catch (err) {
+        outcomes[i] = err as Error;
+      }
+    });
+    if (verifying.length > 0) await Promise.all(verifying);
+    const written = beats.length > 0 ? await opts.registry.heartbeats(beats) : [];
+    written.forEach((outcome, k) => {
+      outcomes[places[k]!] = outcome;
+    });
+    return taken.map(({ msg, read: named }, i) => {
+      const outcome = outcomes[i] ?? new Error('the heartbeat had no outcome');
+      spans[i]?.end(outcome instanceof Error ? outcome : undefined);
+      // A refusal is counted (a failure logged) whether or not its sender asked for an answer.
+      const answer = outcome instanceof Error ? refusal(msg, outcome) : undefined;
+      if (!answerTo(msg, named)) return undefined;
+      return answer ?? heartbeatAnswered(outcome as StatusResult);
+    });
   }
 
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */
@@ -197,21 +257,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
         return answerTo(msg, named) ? heartbeatRefused(clientOverloaded) : undefined;
       },
     },
-    // A consumer span (tracing on): in the sender's trace when the message carries one, else in one of its own.
-    handle: async (msg, named) => {
-      const answer = await inSpanOf(
-        messageTraceContext(msg.headers),
-        `process ${msg.subject}`,
-        {
-          kind: 'consumer',
-          tracer: 'heartbeat subscriber',
-          attributes: { 'messaging.destination.name': msg.subject },
-          untraced: 'new',
-        },
-        () => apply(msg, named),
-      );
-      return answerTo(msg, named) ? answer : undefined;
-    },
+    handleBatch: applyAll,
   });
   opts.logger.info(
     { subject: `${opts.prefix}.*`, subject_identity: opts.subjectIdentity === true, queue: HEARTBEAT_QUEUE },

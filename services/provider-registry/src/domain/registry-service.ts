@@ -70,6 +70,14 @@ const result = (w: StatusWrite): StatusResult => ({
   lastSeenAt: new Date(w.last_seen_at),
 });
 
+/** A heartbeat as a caller hands it in: who sends it, for which machine, with which metrics. */
+export interface HeartbeatInput {
+  actor: Principal;
+  id: string;
+  metrics: GpuMetrics[];
+  correlationId?: string;
+}
+
 /** A heartbeat waiting to be written with others. */
 interface Beat {
   id: string;
@@ -238,10 +246,40 @@ export class RegistryService {
    * `UnknownGpuIndex` for a GPU the provider lacks (and nothing of this beat is written).
    */
   async heartbeat(actor: Principal, id: string, metrics: GpuMetrics[], correlationId?: string): Promise<StatusResult> {
-    const scope = writeScope(actor);
-    const written = await this.beats.submit({ id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId });
-    if (!written) return this.missing(actor, id);
-    return result(written);
+    const [outcome] = await this.heartbeats([{ actor, id, metrics, correlationId }]);
+    if (outcome instanceof Error) throw outcome;
+    return outcome as StatusResult;
+  }
+
+  /**
+   * Several heartbeats, each as by `heartbeat` (a request's batch, a turn's NATS messages): they join the group
+   * commit together, with no promise each. One outcome per heartbeat, in order: its result or its error (a machine
+   * absent or out of the actor's reach, a GPU it lacks, a full write queue); never rejects.
+   */
+  async heartbeats(beats: HeartbeatInput[]): Promise<(StatusResult | Error)[]> {
+    const written = await this.beats.submitAll(
+      beats.map(({ actor, id, metrics, correlationId }) => {
+        const scope = writeScope(actor);
+        return { id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId };
+      }),
+    );
+    const outcomes: (StatusResult | Error)[] = new Array(beats.length);
+    const unwritten: Promise<void>[] = [];
+    written.forEach((w, i) => {
+      if (w instanceof Error) outcomes[i] = w;
+      else if (w) outcomes[i] = result(w);
+      else {
+        // Nothing written (rare): whether the machine is absent or out of reach is one read each.
+        const { actor, id } = beats[i]!;
+        unwritten.push(
+          this.missing(actor, id).catch((err: Error) => {
+            outcomes[i] = err;
+          }),
+        );
+      }
+    });
+    if (unwritten.length > 0) await Promise.all(unwritten);
+    return outcomes;
   }
 
   /**

@@ -81,19 +81,22 @@ export const heartbeatRoute: FastifyPluginAsync<ProviderRoutesOptions> = async (
     },
     async (request) => {
       const actor = callerOf(request);
-      const settled = await Promise.allSettled(
-        request.body.heartbeats.map((b) =>
-          registry.heartbeat(actor, b.provider_id, b.gpu_metrics, request.correlationId),
-        ),
+      const outcomes = await registry.heartbeats(
+        request.body.heartbeats.map((b) => ({
+          actor,
+          id: b.provider_id,
+          metrics: b.gpu_metrics,
+          correlationId: request.correlationId,
+        })),
       );
-      const results = settled.map((s, i) => {
-        if (s.status === 'fulfilled') return heartbeatAnswered(s.value);
+      const results = outcomes.map((outcome, i) => {
+        if (!(outcome instanceof Error)) return heartbeatAnswered(outcome);
         const err = toAppError(
-          s.reason instanceof UnknownGpuIndex ? s.reason.at(`body.heartbeats.${i}.gpu_metrics`) : s.reason,
+          outcome instanceof UnknownGpuIndex ? outcome.at(`body.heartbeats.${i}.gpu_metrics`) : outcome,
         );
         const status = statusOf(err);
         // A full queue answers 503 OVERLOADED by design: not a failure to log (a batch of them would be 1,000 lines).
-        if (status >= 500 && err.code !== 'OVERLOADED') request.log.error({ err: s.reason }, 'heartbeat failed');
+        if (status >= 500 && err.code !== 'OVERLOADED') request.log.error({ err: outcome }, 'heartbeat failed');
         return heartbeatRefused(err, { request_id: request.id });
       });
       return { results };
