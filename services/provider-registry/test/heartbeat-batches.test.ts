@@ -141,6 +141,42 @@ describe('POST /providers/heartbeats', () => {
     }
   });
 
+  it("moves the clocks of machines another writer changed while the batch waited for their rows' locks", async () => {
+    const [a, b] = [await own(), await own()];
+    const clock = async (id: string) =>
+      (
+        await sql<{ at: Date }>`SELECT last_seen_at AS at FROM provider_liveness WHERE provider_id = ${id}`.execute(
+          h.database.db,
+        )
+      ).rows[0]!.at.getTime();
+    const waiting = async () =>
+      Number(
+        (await sql<{ n: string }>`SELECT count(*) AS n FROM pg_locks WHERE NOT granted`.execute(h.database.db)).rows[0]
+          ?.n,
+      );
+    const hourAgo = Date.now() - 3_600_000;
+    // Another writer changes both narrow rows and holds them; the batch (one beat with metrics: both statements'
+    // shapes) waits for them, and finds newer versions than its snapshot's once that writer commits.
+    const results = await h.database.db.connection().execute(async (other) => {
+      await sql`BEGIN`.execute(other);
+      await sql`UPDATE provider_liveness SET last_seen_at = ${new Date(hourAgo)}
+        WHERE provider_id IN (${a.id}, ${b.id})`.execute(other);
+      const beating = Promise.all([
+        recordHeartbeats(h.database.db, [{ id: a.id, owner, daemon: null }]),
+        recordHeartbeats(h.database.db, [{ id: b.id, owner, daemon: null, metrics: [{ index: 0, temperature: 71 }] }]),
+      ]);
+      await expect.poll(waiting, { timeout: 10_000 }).toBe(2);
+      await sql`COMMIT`.execute(other);
+      return beating;
+    });
+    expect(results.map((r) => r[0])).toEqual([
+      expect.objectContaining({ id: a.id, previous_status: 'idle', status: 'idle' }),
+      expect.objectContaining({ id: b.id, previous_status: 'idle', status: 'idle' }),
+    ]);
+    for (const id of [a.id, b.id]) expect(await clock(id)).toBeGreaterThan(hourAgo + 60_000);
+    expect((await read(b.id)).gpus[0].temperature).toBe(71);
+  });
+
   it('refuses a malformed batch whole (400), and more than 1,000 heartbeats', async () => {
     const a = await own();
     const before = await read(a.id);
