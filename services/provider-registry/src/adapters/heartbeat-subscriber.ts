@@ -223,7 +223,8 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       }
     });
     if (verifying.length > 0) await Promise.all(verifying);
-    const written = beats.length > 0 ? await opts.registry.heartbeats(beats) : [];
+    // `heartbeats` answers each its outcome; should it throw all the same, that is every one's outcome.
+    const written = await opts.registry.heartbeats(beats).catch((err: Error) => beats.map(() => err));
     written.forEach((outcome, k) => {
       outcomes[places[k]!] = outcome;
     });
