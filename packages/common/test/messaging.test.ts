@@ -2,7 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { awaitStream, connectPublisher, type EventPublisher, ensureStream, NoopPublisher } from '../src/index.ts';
+import {
+  awaitStream,
+  connectPublisher,
+  createLogger,
+  type EventPublisher,
+  ensureStream,
+  NoopPublisher,
+  serveRequests,
+} from '../src/index.ts';
 import { testEnv } from '../src/testing/index.ts';
 
 const suffix = randomBytes(4).toString('hex');
@@ -155,5 +163,58 @@ describe('connecting', () => {
       /cannot connect to NATS at nats:\/\/127\.0\.0\.1:1/,
     );
     expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+  });
+});
+
+describe('serving requests a turn at a time (handleBatch)', () => {
+  it("hands over a turn's messages together and answers each as soon as it settles; a slow one holds up no other", async () => {
+    const subjectOf = (n: string) => `test-batch.${suffix}.${n}`;
+    const batches: string[][] = [];
+    let releaseSlow: () => void = () => {};
+    const slowReleased = new Promise<void>((resolve) => {
+      releaseSlow = resolve;
+    });
+    const server = serveRequests({
+      connection: nc,
+      subjects: [`test-batch.${suffix}.*`],
+      queue: 'batch-test',
+      what: 'test request',
+      logger: createLogger({ service: 'test', instanceId: 'i-1', level: 'silent' }),
+      async handleBatch(taken, settle) {
+        batches.push(taken.map(({ msg }) => msg.subject.slice(msg.subject.lastIndexOf('.') + 1)));
+        const slow: Promise<void>[] = [];
+        taken.forEach(({ msg }, i) => {
+          const name = msg.subject.slice(msg.subject.lastIndexOf('.') + 1);
+          if (name === 'slow') slow.push(slowReleased.then(() => settle(i, { name })));
+          else if (name === 'silent') settle(i, undefined);
+          else if (name !== 'forgotten') settle(i, { name });
+        });
+        await Promise.all(slow);
+      },
+    });
+    await server.ready;
+    // One client's requests, sent in one go (they reach the server in one read or few, each read's handed over
+    // together).
+    const ask = (n: string) => nc.request(subjectOf(n), '', { timeout: 3_000 });
+    const [quick, other] = [ask('quick'), ask('other')];
+    const slow = ask('slow');
+    const silent = ask('silent').catch((err: Error) => err);
+    const forgotten = ask('forgotten').catch((err: Error) => err);
+    expect((await quick).json()).toEqual({ name: 'quick' });
+    expect((await other).json()).toEqual({ name: 'other' });
+    await expect.poll(() => batches.flat()).toEqual(['quick', 'other', 'slow', 'silent', 'forgotten']);
+    // The slow one is still in hand, unanswered: stop() waits for it.
+    let stopped = false;
+    const stopping = server.stop().then(() => {
+      stopped = true;
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(stopped).toBe(false);
+    releaseSlow();
+    expect((await slow).json()).toEqual({ name: 'slow' });
+    await stopping;
+    // Settled without an answer, or never settled (released when the handler returned): the requester times out.
+    expect(await silent).toBeInstanceOf(Error);
+    expect(await forgotten).toBeInstanceOf(Error);
   });
 });

@@ -2,9 +2,9 @@
  * Requests over core NATS (not JetStream) served by a queue group of a service's instances, each message reaching one
  * of them: the registry's heartbeats and billing's usage reports from provider daemons. Messages are handled as they
  * come, any number at once (the service's own group commit batches their writes), one by one or a turn's messages
- * together (`handleBatch`); the answers leave together once per turn of the event loop, so that NATS writes them to its socket in one go (answers sent one by one cost a
- * socket write each). The service answers only on a reply subject it accepts (a requester's own inbox), so that a
- * message never makes it publish anywhere else.
+ * together (`handleBatch`); the answers leave together once per turn of the event loop, so that NATS writes them to
+ * its socket in one go (answers sent one by one cost a socket write each). The service answers only on a reply subject
+ * it accepts (a requester's own inbox), so that a message never makes it publish anywhere else.
  *
  * Why not a stream: a JetStream stream sends its acknowledgement to whatever reply subject the publisher names, and
  * nats-server does not check it against the publisher's permissions, so whoever may publish into a stream can have
@@ -38,8 +38,12 @@ type RequestHandling<T> =
       handleBatch?: never;
     }
   | {
-      /** Handles several messages: one answer (or undefined) per message, in order. Never rejects. */
-      handleBatch(taken: TakenMessage<T>[]): Promise<(object | undefined)[]>;
+      /**
+       * Handles several messages: calls `settle(i, answer)` once for each, in any order, as soon as its answer (or
+       * undefined: none) is known, so that one slow message holds up no other. A message not settled when the
+       * returned promise settles is released unanswered.
+       */
+      handleBatch(taken: TakenMessage<T>[], settle: (index: number, answer: object | undefined) => void): Promise<void>;
       handle?: never;
     };
 
@@ -167,17 +171,24 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
   const handleTaken = () => {
     const batch = taken;
     taken = [];
-    void opts.handleBatch!(batch)
-      .then(
-        (out) =>
-          batch.forEach(({ msg }, i) => {
-            const answer = out[i];
-            if (answer !== undefined) queueAnswer(msg, answer);
-          }),
-        (err: unknown) => opts.logger.error({ err, messages: batch.length }, `handling ${opts.what}s failed`),
-      )
+    const settled = new Uint8Array(batch.length);
+    const settle = (i: number, answer: object | undefined) => {
+      const message = batch[i];
+      if (!message || settled[i]) return;
+      settled[i] = 1;
+      try {
+        if (answer !== undefined) queueAnswer(message.msg, answer);
+      } catch (err) {
+        opts.logger.error({ err, subject: message.msg.subject }, `answering a ${opts.what} failed`);
+      }
+      done(message.read);
+    };
+    void Promise.resolve()
+      .then(() => opts.handleBatch!(batch, settle))
+      // A handler's bug: logged; what it left unsettled is released unanswered (the senders' requests time out).
+      .catch((err: unknown) => opts.logger.error({ err, messages: batch.length }, `handling ${opts.what}s failed`))
       .finally(() => {
-        for (const { read } of batch) done(read);
+        for (let i = 0; i < batch.length; i++) settle(i, undefined);
       });
   };
   const subscriptions: Subscription[] = opts.subjects.map((subject) =>

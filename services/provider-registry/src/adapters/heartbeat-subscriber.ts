@@ -1,8 +1,8 @@
 /**
  * Heartbeats over NATS: daemons publish each machine's heartbeat on `<heartbeats prefix>.<provider ID>` (core NATS,
  * not JetStream), and every registry instance subscribes in one queue group, so each heartbeat reaches one of them.
- * The body is the HTTP heartbeat's (`{gpu_metrics?}`, empty for none); the message is applied by the same
- * `RegistryService.heartbeat` as HTTP, so it joins the same group commit.
+ * The body is the HTTP heartbeat's (`{gpu_metrics?}`, empty for none); the messages of a turn are applied together by
+ * `RegistryService.heartbeatsEach`, the way HTTP's are, so they join the same group commit.
  *
  * Core NATS, because a heartbeat is a report of now: one that is lost (no instance up, a slow consumer) is replaced by
  * the next, and storing each in a stream would cost the NATS server and the acknowledgements more than the write.
@@ -171,20 +171,25 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
   }
 
   /** A refused heartbeat's answer (one result of POST /providers/heartbeats), counted by reason; failures logged. */
-  function refusal(msg: Msg, thrown: Error): object {
+  function refusal(msg: Msg, thrown: Error): { answer: object; failed: boolean } {
     const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
     const reason = reasonOf(err);
     rejected.inc({ reason });
     if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
-    return heartbeatRefused(err);
+    return { answer: heartbeatRefused(err), failed: reason === 'failed' };
   }
 
   /**
-   * Applies the heartbeats of a turn together: each is read and checked on its own (a refused one is answered with
-   * its problem, and writes nothing), and those that pass join the group commit at once (`RegistryService.heartbeats`).
-   * With tracing on, each gets a consumer span, in its sender's trace when the message carries one.
+   * Applies the heartbeats of a turn: each is read and checked on its own (a refused one is answered with its problem,
+   * and writes nothing); those whose subject names their sender join the group commit at once
+   * (`RegistryService.heartbeatsEach`), one with a token as soon as its token is verified, and each is answered as
+   * soon as its outcome is known. With tracing on, each gets a consumer span, in its sender's trace when the message
+   * carries one, marked failed when the registry failed it (a refusal is an answer, as a 4xx is to a server span).
    */
-  async function applyAll(taken: TakenMessage<Named>[]): Promise<(object | undefined)[]> {
+  async function applyAll(
+    taken: TakenMessage<Named>[],
+    settle: (index: number, answer: object | undefined) => void,
+  ): Promise<void> {
     const spans = taken.map(({ msg }) =>
       startSpanOf(messageTraceContext(msg.headers), `process ${msg.subject}`, {
         kind: 'consumer',
@@ -193,49 +198,39 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
         untraced: 'new',
       }),
     );
-    const outcomes: (StatusResult | Error | undefined)[] = new Array(taken.length);
-    const beats: HeartbeatInput[] = [];
+    const finished = new Uint8Array(taken.length);
+    const finish = (i: number, outcome: StatusResult | Error) => {
+      const message = taken[i];
+      if (!message || finished[i]) return;
+      finished[i] = 1;
+      // A refusal is counted (a failure logged) whether or not its sender asked for an answer.
+      const refused = outcome instanceof Error ? refusal(message.msg, outcome) : undefined;
+      spans[i]?.end(refused?.failed ? outcome : undefined);
+      if (!answerTo(message.msg, message.read)) settle(i, undefined);
+      else settle(i, refused ? refused.answer : heartbeatAnswered(outcome as StatusResult));
+    };
+    const write = (beats: HeartbeatInput[], places: number[]) =>
+      opts.registry.heartbeatsEach(beats, (k, outcome) => finish(places[k]!, outcome));
+    const named: HeartbeatInput[] = [];
     const places: number[] = [];
     const verifying: Promise<void>[] = [];
-    const add = (i: number, beat: () => HeartbeatInput) => {
+    taken.forEach(({ msg, read }, i) => {
       try {
-        beats.push(beat());
-        places.push(i);
-      } catch (err) {
-        outcomes[i] = err as Error;
-      }
-    };
-    taken.forEach(({ msg, read: named }, i) => {
-      try {
-        const { id, sender } = subjectOf(msg.subject, named);
-        if (sender) add(i, () => beatOf(msg, id, sender));
-        else
+        const { id, sender } = subjectOf(msg.subject, read);
+        if (sender) {
+          named.push(beatOf(msg, id, sender));
+          places.push(i);
+        } else
           verifying.push(
-            tokenSender(msg).then(
-              (verified) => add(i, () => beatOf(msg, id, verified)),
-              (err: Error) => {
-                outcomes[i] = err;
-              },
-            ),
+            tokenSender(msg)
+              .then((verified) => write([beatOf(msg, id, verified)], [i]))
+              .catch((err: Error) => finish(i, err)),
           );
       } catch (err) {
-        outcomes[i] = err as Error;
+        finish(i, err as Error);
       }
     });
-    if (verifying.length > 0) await Promise.all(verifying);
-    // `heartbeats` answers each its outcome; should it throw all the same, that is every one's outcome.
-    const written = await opts.registry.heartbeats(beats).catch((err: Error) => beats.map(() => err));
-    written.forEach((outcome, k) => {
-      outcomes[places[k]!] = outcome;
-    });
-    return taken.map(({ msg, read: named }, i) => {
-      const outcome = outcomes[i] ?? new Error('the heartbeat had no outcome');
-      spans[i]?.end(outcome instanceof Error ? outcome : undefined);
-      // A refusal is counted (a failure logged) whether or not its sender asked for an answer.
-      const answer = outcome instanceof Error ? refusal(msg, outcome) : undefined;
-      if (!answerTo(msg, named)) return undefined;
-      return answer ?? heartbeatAnswered(outcome as StatusResult);
-    });
+    await Promise.all([write(named, places), ...verifying]);
   }
 
   /** Where a heartbeat's answer may go: a requester's inbox; for a subject that names its sender, that client's own. */

@@ -272,8 +272,9 @@ async function moveClocks(db: Kysely<RegistryDB>, beats: Beat[]) {
     cur AS (
       SELECT l.provider_id, l.ctid AS at FROM provider_liveness l
       WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
-      ORDER BY l.provider_id FOR UPDATE OF l)
-    ${clockMoves}`.execute(db);
+      ORDER BY l.provider_id FOR UPDATE OF l),
+    ${movedClocks}
+    SELECT * FROM moved`.execute(db);
     return rows;
   }
   return writeClocksAndMetrics(db, beats, withMetrics);
@@ -290,7 +291,7 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
   const { rows } = await sql<StatusWrite>`${PREPARED_SQL}
     WITH m AS MATERIALIZED (SELECT * FROM ${metricRows(withMetrics)}), ${beatsCte(beats)},
     cur AS (
-      SELECT l.provider_id, l.owner_id, l.daemon_client_id, l.ctid AS at
+      SELECT l.provider_id, l.ctid AS at
       FROM provider_liveness l
       WHERE ${beatsMayWrite(beats, 'l', BEATS)} AND ${keptByHeartbeatSql}
         AND l.provider_id NOT IN (
@@ -298,28 +299,29 @@ async function writeClocksAndMetrics(db: Kysely<RegistryDB>, beats: Beat[], with
           LEFT JOIN gpus g ON g.provider_id = m.provider_id AND g.idx = m.idx
           WHERE ${metricsMayWrite('ml')} AND (g.idx IS NULL OR m.is_healthy <> g.is_healthy))
       ORDER BY l.provider_id FOR UPDATE OF l),
+    ${movedClocks},
     metrics AS (
       UPDATE gpus g SET ${keepingAbsent(LIVE_METRICS)}
-      FROM m JOIN cur ON cur.provider_id = m.provider_id
-      WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND ${metricsMayWrite('cur')}
+      FROM m JOIN moved ON moved.id = m.provider_id
+      WHERE g.provider_id = m.provider_id AND g.idx = m.idx AND ${metricsMayWrite('moved')}
         AND (${stored}) IS DISTINCT FROM (${after})
       RETURNING g.provider_id)
-    ${clockMoves}`.execute(db);
+    SELECT * FROM moved`.execute(db);
   return rows;
 }
 
 /**
- * The end of `moveClocks`' statements: the clocks of the narrow rows `cur` locked (`at`: the locked version's place)
- * moved to now, each row written where the lock found it (a TID scan: the update probes no index again, which had
- * cost PostgreSQL a fifth of a heartbeat at a million machines). A row another transaction changed after this
- * statement's snapshot was locked at its newest version, which the snapshot cannot see there: it is not moved here,
- * and its beat goes the way of those the statement leaves (`recordHeartbeats`), which writes it.
+ * `moved`, the clocks of the narrow rows `cur` locked (`at`: the locked version's place) moved to now: each row written
+ * where the lock found it (a TID scan: the update probes no index again, which had cost PostgreSQL a fifth of a
+ * heartbeat at a million machines). A row another transaction changed after the statement's snapshot was locked at its
+ * newest version, which the snapshot cannot see there: it is not moved (nor, joined to `moved`, are its metrics
+ * written), and its beat goes the way of those the statement leaves (`recordHeartbeats`), which writes it whole.
  */
-const clockMoves = sql`
-    UPDATE provider_liveness l SET last_seen_at = now()
-    FROM cur WHERE l.ctid = cur.at
-    RETURNING l.provider_id AS id, l.owner_id, l.daemon_client_id, l.status AS previous_status, l.status,
-      l.last_seen_at`;
+const movedClocks = sql`moved AS (
+      UPDATE provider_liveness l SET last_seen_at = now()
+      FROM cur WHERE l.ctid = cur.at
+      RETURNING l.provider_id AS id, l.owner_id, l.daemon_client_id, l.status AS previous_status, l.status,
+        l.last_seen_at)`;
 
 /**
  * The heartbeat rule for the providers of `beats` (with their owner limits), provider rows first: the status after

@@ -252,34 +252,48 @@ export class RegistryService {
   }
 
   /**
-   * Several heartbeats, each as by `heartbeat` (a request's batch, a turn's NATS messages): they join the group
-   * commit together, with no promise each. One outcome per heartbeat, in order: its result or its error (a machine
-   * absent or out of the actor's reach, a GPU it lacks, a full write queue); never rejects.
+   * Several heartbeats, each as by `heartbeat` (a request's batch): one outcome per heartbeat, in order, its result
+   * or its error (`heartbeatsEach`); never rejects.
    */
   async heartbeats(beats: HeartbeatInput[]): Promise<(StatusResult | Error)[]> {
-    const written = await this.beats.submitAll(
-      beats.map(({ actor, id, metrics, correlationId }) => {
-        const scope = writeScope(actor);
-        return { id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId };
-      }),
-    );
     const outcomes: (StatusResult | Error)[] = new Array(beats.length);
+    await this.heartbeatsEach(beats, (i, outcome) => {
+      outcomes[i] = outcome;
+    });
+    return outcomes;
+  }
+
+  /**
+   * Several heartbeats, each as by `heartbeat` (a turn's NATS messages, a request's batch): they join the group commit
+   * together, with no promise each, and `settle(i, outcome)` hears each one's outcome as soon as it is known: its
+   * result, or its error (a sender with no write scope, a machine absent or out of its reach, a GPU it lacks, a full
+   * write queue). Resolves once every one is settled; never rejects.
+   */
+  async heartbeatsEach(beats: HeartbeatInput[], settle: (index: number, outcome: StatusResult | Error) => void) {
+    const items: Beat[] = [];
+    const places: number[] = [];
+    beats.forEach(({ actor, id, metrics, correlationId }, i) => {
+      try {
+        const scope = writeScope(actor);
+        items.push({ id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId });
+        places.push(i);
+      } catch (err) {
+        settle(i, err as Error);
+      }
+    });
+    const written = await this.beats.submitAll(items);
     const unwritten: Promise<void>[] = [];
-    written.forEach((w, i) => {
-      if (w instanceof Error) outcomes[i] = w;
-      else if (w) outcomes[i] = result(w);
+    written.forEach((w, k) => {
+      const i = places[k]!;
+      if (w instanceof Error) settle(i, w);
+      else if (w) settle(i, result(w));
       else {
-        // Nothing written (rare): whether the machine is absent or out of reach is one read each.
+        // Nothing written (rare): whether the machine is absent or out of reach is one read each, settled alone.
         const { actor, id } = beats[i]!;
-        unwritten.push(
-          this.missing(actor, id).catch((err: Error) => {
-            outcomes[i] = err;
-          }),
-        );
+        unwritten.push(this.missing(actor, id).catch((err: Error) => settle(i, err)));
       }
     });
     if (unwritten.length > 0) await Promise.all(unwritten);
-    return outcomes;
   }
 
   /**
