@@ -64,6 +64,8 @@ case "$name" in
   storage) export TEST_S3_ALLOW_ANONYMOUS=1 ;;
   # A million providers' indexes outgrow PostgreSQL's default 128 MB of shared buffers: size them for the fleet.
   registry) export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
+  # So do the usage benchmark's 100,000 sessions with their holds and a million usage records and more.
+  billing | billing-usage) export TEST_PG_SHARED_BUFFERS="${TEST_PG_SHARED_BUFFERS:-2GB}" ;;
 esac
 export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"
 source scripts/test-env.sh

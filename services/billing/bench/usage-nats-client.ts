@@ -1,7 +1,8 @@
 /**
  * The NATS load generator of the usage benchmark (bench/usage.ts), a process of its own so that its CPU is not
- * the service's: publishes `messages` usage reports to JetStream, round robin over the sessions, up to 256 publishes
- * awaiting their acknowledgement at once. One report per message on `<prefix>.<session_id>` with the daemon's
+ * the service's: publishes `messages` usage reports to JetStream, round robin over the sessions, 256 publishes
+ * awaiting their acknowledgement at all times (a window that slides: a new one leaves as soon as one is answered, as
+ * a fleet of independent daemons sends them, never in waves). One report per message on `<prefix>.<session_id>` with the daemon's
  * `Authorization` header; or, with `identity`, as a daemon holding the NATS user auth issues it: `perMessage` reports
  * in one core NATS request (`{reports: [...]}`: a daemon of an 8-GPU machine with 8 rentals) on
  * `<reportsPrefix>.<owner ID>.<client ID>.<machine>`, no token, each awaiting billing's answer (given once applied).
@@ -62,11 +63,29 @@ const report = (n: number) => ({
   message_id: `${job.idPrefix}-${n}`,
 });
 
+/** Requests or publishes awaiting their answer at once. */
+const WINDOW = 256;
+let inFlight = 0;
+let failure: unknown = null;
+let slotFree: (() => void) | null = null;
+const track = (p: Promise<unknown>) => {
+  inFlight++;
+  p.catch((err) => (failure ??= err)).finally(() => {
+    inFlight--;
+    slotFree?.();
+    slotFree = null;
+  });
+};
+/** Resolves once fewer than `max` are awaiting their answer. */
+const below = async (max: number) => {
+  while (inFlight >= max) await new Promise<void>((r) => (slotFree = r));
+  if (failure) throw failure;
+};
+
 process.stdout.write('start\n');
 const cpuBefore = process.cpuUsage();
 let sent = 0;
 let messages = 0;
-const pending: Promise<unknown>[] = [];
 for (let n = 0; n < job.messages; n += perMessage) {
   let subject: string;
   let body: object;
@@ -85,16 +104,17 @@ for (let n = 0; n < job.messages; n += perMessage) {
     job.identity
       ? request(subject, body)
       : publisher.publish(subject, body, { msgId: `${job.idPrefix}-m${messages}${retry ? '-retry' : ''}`, headers });
-  pending.push(send(false));
+  await below(WINDOW);
+  track(send(false));
   sent += count;
   if (messages % 20 === 0) {
-    pending.push(send(true));
+    await below(WINDOW);
+    track(send(true));
     sent += count;
   }
   messages++;
-  if (pending.length >= 256) await Promise.all(pending.splice(0));
 }
-await Promise.all(pending);
+await below(1);
 const cpu = process.cpuUsage(cpuBefore);
 await publisher.close();
 process.stdout.write(

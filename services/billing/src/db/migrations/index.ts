@@ -35,6 +35,7 @@ import { portGrantsMigration } from './0031-port-grants.ts';
 import { finalCheckpointWaitMigration } from './0032-final-checkpoint-wait.ts';
 import { bidsMigration } from './0033-bids.ts';
 import { bidChangesMigration } from './0034-bid-changes.ts';
+import { usageRecordSessionCheckMigration } from './0035-usage-record-session-check.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -72,5 +73,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0032-final-checkpoint-wait': finalCheckpointWaitMigration,
     '0033-bids': bidsMigration,
     '0034-bid-changes': bidChangesMigration,
+    '0035-usage-record-session-check': usageRecordSessionCheckMigration,
   };
 }
