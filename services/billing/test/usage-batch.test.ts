@@ -8,6 +8,9 @@ import { isAppError, UNCHECKED_PRINCIPAL } from '@gpu/common';
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { writeBilledSessions } from '../src/db/session-repository.ts';
+import { openUsageBatch } from '../src/db/usage-repository.ts';
+import { Dec } from '../src/domain/ledger/index.ts';
 import { applyUsageBatch, type UsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { sessionSchema } from '../src/routes/session-schemas.ts';
 import { usageRecordSchema } from '../src/routes/usage.ts';
@@ -236,5 +239,42 @@ describe('a retry racing its original in another batch', () => {
     expect(result).not.toBeInstanceOf(Error);
     expect(result).toMatchObject({ duplicate: true, usage: { id: original }, session: { status: 'completed' } });
     expect(records).toEqual([original]);
+  });
+});
+
+describe("a batch's session writes", () => {
+  it('land where the row lock found each row, and by ID on a row the transaction itself moved since', async () => {
+    const [still, moved] = [await runningSession(), await runningSession()];
+    const change = (id: string, at: string) => ({
+      id,
+      minutes: 7,
+      cost: new Dec('0.595'),
+      status: 'active' as const,
+      graceUntil: null,
+      lowBalanceAt: null,
+      usage: { actualPowerW: '321', lastUsageAt: clock.now() },
+      at,
+    });
+    await h.db.transaction().execute(async (trx) => {
+      const opened = new Map((await openUsageBatch(trx, [still, moved], [])).map((s) => [s.id, s]));
+      // The same transaction writes one row after locking it: the row's version it locked is no longer the newest.
+      await sql`UPDATE rental_sessions SET end_reason = NULL WHERE id = ${moved}`.execute(trx);
+      const written = await writeBilledSessions(
+        trx,
+        [change(still, opened.get(still)!.at), change(moved, opened.get(moved)!.at)],
+        clock.now(),
+      );
+      expect([...written.keys()].sort()).toEqual([still, moved].sort());
+    });
+    const rows = await h.db
+      .selectFrom('rental_sessions')
+      .select(['id', 'billed_minutes', 'total_cost', 'actual_power_w'])
+      .where('id', 'in', [still, moved])
+      .execute();
+    for (const r of rows) {
+      expect(r.billed_minutes).toBe(7);
+      expect(new Dec(r.total_cost).eq('0.595')).toBe(true);
+      expect(r.actual_power_w).toBe('321');
+    }
   });
 });

@@ -102,6 +102,8 @@ export interface BilledSession {
   graceUntil: Date | null;
   lowBalanceAt: Date | null;
   usage?: { actualPowerW: string; lastUsageAt: Date };
+  /** Where the caller's row lock found the session's row (its `ctid`), when it read it so: written there directly. */
+  at?: string;
 }
 
 /** The columns billing writes; the rest of a locked session row cannot change under its lock. */
@@ -121,12 +123,34 @@ export type BilledColumns = Pick<
 /**
  * Writes every session's billing (and usage report) in one statement; the written columns by session ID. The usage
  * records of a batch (`usageRecords`) are written in the same statement, as a WITH query.
+ *
+ * A session whose change says where its row lock found the row (`at`, its `ctid`) is written there, a TID scan, with
+ * no descent of the primary key's index (one per session, a tenth of a usage update's PostgreSQL time). The row lock
+ * keeps every other writer off the row, so only this transaction could have moved it since; a row no longer at its
+ * place (the transaction wrote it in between) is not found there and is written by its ID in a second statement.
  */
 export async function writeBilledSessions(
   trx: Transaction<BillingDB>,
   changes: BilledSession[],
   now: Date,
   usageRecords: UsageRow[] = [],
+): Promise<Map<string, BilledColumns>> {
+  const located = changes.length > 0 && changes.every((c) => c.at !== undefined);
+  const written = await updateBilled(trx, changes, now, usageRecords, located);
+  if (located && written.size < changes.length) {
+    const moved = changes.filter((c) => !written.has(c.id));
+    for (const [id, row] of await updateBilled(trx, moved, now, [], false)) written.set(id, row);
+  }
+  return written;
+}
+
+/** One statement of `writeBilledSessions`: the sessions found by `ctid` (`located`) or by ID. */
+async function updateBilled(
+  trx: Transaction<BillingDB>,
+  changes: BilledSession[],
+  now: Date,
+  usageRecords: UsageRow[],
+  located: boolean,
 ): Promise<Map<string, BilledColumns>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
   const { rows } = await sql<BilledColumns>`
@@ -145,9 +169,11 @@ export async function writeBilledSessions(
       ${col((c) => c.status)}::text[], ${col((c) => c.graceUntil?.toISOString() ?? null)}::timestamptz[],
       ${col((c) => c.lowBalanceAt?.toISOString() ?? null)}::timestamptz[],
       ${col((c) => c.usage !== undefined)}::boolean[], ${col((c) => c.usage?.actualPowerW ?? null)}::numeric[],
-      ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[]
-    ) AS v(id, billed_minutes, total_cost, status, grace_until, low_balance_at, has_usage, actual_power_w, last_usage_at)
-    WHERE s.id = v.id
+      ${col((c) => c.usage?.lastUsageAt.toISOString() ?? null)}::timestamptz[],
+      ${located ? col((c) => c.at ?? null) : null}::tid[]
+    ) AS v(id, billed_minutes, total_cost, status, grace_until, low_balance_at, has_usage, actual_power_w, last_usage_at,
+      at)
+    WHERE ${located ? sql`s.ctid = v.at AND s.id = v.id` : sql`s.id = v.id`}
     RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.low_balance_at, s.updated_at,
       s.actual_power_w, s.last_usage_at`.execute(trx);
   return new Map(rows.map((r) => [r.id, r]));

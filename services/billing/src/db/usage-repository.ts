@@ -10,8 +10,11 @@ type SessionRow = Selectable<RentalSessionTable>;
 
 export type UsageRow = Selectable<UsageRecordTable>;
 
-/** A session of a usage batch, locked: what its hold still holds and the batch's reports it already recorded. */
-export type OpenedSession = SessionRow & { held: string; applied: UsageRow[] };
+/**
+ * A session of a usage batch, locked: what its hold still holds, the batch's reports it already recorded, and where its
+ * row lies (`at`, its `ctid`: the batch writes it there, `writeBilledSessions`).
+ */
+export type OpenedSession = SessionRow & { held: string; applied: UsageRow[]; at: string };
 
 /**
  * Opens a usage batch in one statement: locks the sessions' rows in ID order (concurrent batches take them in the
@@ -34,7 +37,7 @@ export async function openUsageBatch(
   sessionIds: string[],
   keys: { sessionId: string; messageId: string }[],
 ): Promise<OpenedSession[]> {
-  const { rows } = await sql<SessionRow & { held: string; applied: RecordJson[] | null }>`
+  const { rows } = await sql<SessionRow & { held: string; applied: RecordJson[] | null; at: string }>`
     WITH applied AS (
       SELECT u.session_id, json_agg(json_build_object(
         'id', u.id, 'message_id', u.message_id, 'reported_at', u.reported_at,
@@ -45,7 +48,7 @@ export async function openUsageBatch(
       JOIN usage_records u ON u.session_id = k.session_id AND u.message_id = k.message_id
       GROUP BY u.session_id
     )
-    SELECT s.*, coalesce(h.amount - h.posted - h.released, 0)::text AS held, a.applied
+    SELECT s.*, s.ctid::text AS at, coalesce(h.amount - h.posted - h.released, 0)::text AS held, a.applied
     FROM rental_sessions s
     LEFT JOIN holds h ON h.id = s.hold_id
     LEFT JOIN applied a ON a.session_id = s.id

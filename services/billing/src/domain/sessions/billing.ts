@@ -60,6 +60,8 @@ export interface BillItem {
   held?: Dec;
   usage?: { actualPowerW: string; lastUsageAt: Date };
   correlationId?: string;
+  /** Where the caller's row lock found the session's row (its `ctid`), when it read it: written there. */
+  at?: string;
 }
 
 type SessionEvent = 'session.grace_period' | 'session.resumed' | 'session.low_balance';
@@ -74,6 +76,7 @@ interface SessionChange {
   graceUntil: Date | null;
   lowBalanceAt: Date | null;
   usage?: BillItem['usage'];
+  at?: string;
   events: SessionEvent[];
   capReached: boolean;
   correlationId?: string;
@@ -265,6 +268,7 @@ async function planBilling(
     graceUntil,
     lowBalanceAt,
     usage: item.usage,
+    at: item.at,
     events,
     capReached: capEnd,
     correlationId: item.correlationId,
