@@ -166,6 +166,9 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
         // errors rather than give up after two.
         ...(opts.authenticator ? { authenticator: opts.authenticator, ignoreAuthErrorAbort: true } : {}),
         ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
+        // No stack captured for each request and flush in case it times out: two Errors a request, a quarter of a
+        // daemon's CPU per usage request (the timeout's message still names what timed out).
+        noAsyncTraces: true,
         reconnect: true,
         maxReconnectAttempts: -1,
         reconnectTimeWait: 1000,

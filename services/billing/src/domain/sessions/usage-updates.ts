@@ -53,6 +53,25 @@ function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
   };
 }
 
+/**
+ * One update's outcome. Its usage record takes the answer's form (the cost at the token's scale, dates) only when read:
+ * an answer over NATS, a status per report, never reads it.
+ */
+class Applied implements UsageResult {
+  #usage: UsageRecord | undefined;
+  constructor(
+    readonly duplicate: boolean,
+    private readonly record: UsageRow,
+    private readonly scale: number,
+    readonly session: SessionRow,
+  ) {}
+
+  get usage(): UsageRecord {
+    this.#usage ??= toUsageRecord(this.record, this.scale);
+    return this.#usage;
+  }
+}
+
 /** Most updates applied in one transaction; most batches in flight per service instance. */
 const MAX_BATCH = 256;
 const MAX_IN_FLIGHT = 4;
@@ -215,11 +234,7 @@ async function applyInTransaction(
     const original = v.kind === 'repeat' ? verdicts[v.of]! : v;
     if (original.kind === 'refused') return original.error;
     const record = original.kind === 'duplicate' ? original.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
-    return {
-      duplicate: v.kind !== 'new',
-      usage: toUsageRecord(record, ctx.scale),
-      session: sessionOut(v.sessionId),
-    };
+    return new Applied(v.kind !== 'new', record, ctx.scale, sessionOut(v.sessionId));
   });
 }
 
