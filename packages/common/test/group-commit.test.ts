@@ -83,6 +83,36 @@ describe('GroupCommit', () => {
     expect(await Promise.all(all)).toEqual([10, 20, 30, 40, 50, 60]);
   });
 
+  it('runs up to maxInFlightFull batches only while full ones wait, and partial ones within maxInFlight', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxBatch: 2, maxInFlight: 1, maxInFlightFull: 3 });
+    const all = [1, 2, 3, 4, 5, 6, 7].map((n) => gc.submit(n));
+    await new Promise((res) => setImmediate(res));
+    // Three full batches leave at once; the seventh item, a partial batch, waits for the one slot partial ones have.
+    expect(r.batches).toEqual([
+      [1, 2],
+      [3, 4],
+      [5, 6],
+    ]);
+    await r.release();
+    expect(r.batches.at(-1)).toEqual([7]);
+    await r.release();
+    expect(await Promise.all(all)).toEqual([10, 20, 30, 40, 50, 60, 70]);
+
+    // A light load: one partial batch at a time, however many slots full batches would have.
+    const light = recorder();
+    const lone = new GroupCommit(light.run, { maxBatch: 4, maxInFlight: 1, maxInFlightFull: 3 });
+    const first = lone.submit(1);
+    await new Promise((res) => setImmediate(res));
+    const more = [2, 3].map((n) => lone.submit(n));
+    await new Promise((res) => setImmediate(res));
+    expect(light.batches).toEqual([[1]]);
+    await light.release();
+    expect(light.batches).toEqual([[1], [2, 3]]);
+    await light.release();
+    expect(await Promise.all([first, ...more])).toEqual([10, 20, 30]);
+  });
+
   it('refuses an item beyond maxQueued at once with 503 OVERLOADED, and takes items again once the queue drains', async () => {
     const r = recorder();
     const gc = new GroupCommit(r.run, { maxInFlight: 1, maxQueued: 2 });

@@ -1,8 +1,9 @@
 /**
  * Group commit: many small writes that arrive at once are applied in few
  * database transactions instead of one each. Submitted items queue while
- * `maxInFlight` batches are running; whenever a batch finishes, everything
- * queued (up to `maxBatch`) goes out as the next batch. With a free slot, a
+ * `maxInFlight` batches are running (`maxInFlightFull` when the next is full);
+ * whenever a batch finishes, everything queued (up to `maxBatch`) goes out as
+ * the next batch. With a free slot, a
  * batch leaves on the next turn of the event loop (`setImmediate`), taking
  * whatever the current turn's I/O callbacks submitted, so batching adds next to
  * no waiting when the load is light and grows the batches as fast as the load.
@@ -20,6 +21,12 @@ export interface GroupCommitOptions {
   maxBatch?: number;
   /** Most batches running at once (default 2: one being applied while the next one's rows travel). */
   maxInFlight?: number;
+  /**
+   * Most batches running at once when the next one is full (`maxBatch` items; default `maxInFlight`): a backlog keeps
+   * more batches in flight, so the database works on some while the caller prepares others, while a light load still
+   * leaves in few batches as large as it makes them.
+   */
+  maxInFlightFull?: number;
   /**
    * Most items waiting for a batch (default: no limit). One more is refused at once with 503 OVERLOADED rather
    * than queued behind a database that does not keep up (or does not answer).
@@ -94,6 +101,7 @@ export class GroupCommit<I, O> {
   private scheduled = false;
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
+  private readonly maxInFlightFull: number;
   private readonly maxQueued: number;
   private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0 };
   private overload: AppError | undefined;
@@ -104,6 +112,7 @@ export class GroupCommit<I, O> {
   ) {
     this.maxBatch = Math.max(1, options.maxBatch ?? 256);
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 2);
+    this.maxInFlightFull = Math.max(this.maxInFlight, options.maxInFlightFull ?? this.maxInFlight);
     this.maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY;
   }
 
@@ -151,8 +160,15 @@ export class GroupCommit<I, O> {
     return this.overload;
   }
 
+  /** Whether another batch may leave now: a free slot, or a free slot for full batches and a full one waiting. */
+  private mayStart(): boolean {
+    if (this.queue.length === 0) return false;
+    if (this.inFlight < this.maxInFlight) return true;
+    return this.inFlight < this.maxInFlightFull && this.queue.length >= this.maxBatch;
+  }
+
   private schedule(): void {
-    if (this.scheduled || this.inFlight >= this.maxInFlight) return;
+    if (this.scheduled || !this.mayStart()) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -161,7 +177,7 @@ export class GroupCommit<I, O> {
   }
 
   private pump(): void {
-    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+    while (this.mayStart()) {
       const batch = this.queue.splice(0, this.maxBatch);
       this.inFlight++;
       this.counts.batches++;

@@ -72,15 +72,21 @@ class Applied implements UsageResult {
   }
 }
 
-/** Most updates applied in one transaction; most batches in flight per service instance. */
+/**
+ * Most updates applied in one transaction; most batches in flight per service instance, and when they are full (a
+ * backlog: PostgreSQL works on some while the service prepares the next; with two, the two took turns and a fifth of
+ * the machine stood idle, while a light load in four small batches cost more per update than in two).
+ */
 const MAX_BATCH = 256;
-const MAX_IN_FLIGHT = 4;
+const MAX_IN_FLIGHT = 2;
+const MAX_IN_FLIGHT_FULL = 4;
 
 /** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
 export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
   ctx.state.usageBatcher ??= new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_IN_FLIGHT,
+    maxInFlightFull: MAX_IN_FLIGHT_FULL,
   });
   return ctx.state.usageBatcher.submit(u);
 }
