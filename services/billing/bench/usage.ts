@@ -434,6 +434,11 @@ async function natsLoad(prefix: string, perMessage = 0): Promise<Run> {
  * IDs each time. What it costs is PostgreSQL's share of a batch of that size, and what the service's row costs beyond
  * it is the service's own (HTTP or NATS, validation, access, billing's plan, the driver).
  */
+/** A session's place (ctid) in a replayed write, known once the batch's first statement has locked it. */
+class PlaceOf {
+  constructor(readonly sessionId: string) {}
+}
+
 async function directReplay(size: number, prefix: string): Promise<DirectRun> {
   const n = Math.max(1, Math.round(size));
   const pick = (k: number) => {
@@ -451,6 +456,14 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     },
   });
   const captured = pick(n);
+  // Where the captured sessions' rows lie as the batch locks them (nothing else writes them meanwhile): the batch
+  // writes each there (its ctid); the replay writes each chosen session where its own first statement found it.
+  const capturedAt = new Map(
+    (
+      await sql<{ id: string; at: string }>`SELECT id, ctid::text AS at FROM rental_sessions
+        WHERE id = ANY(${captured}::uuid[])`.execute(db)
+    ).rows.map((r) => [r.at, r.id]),
+  );
   const now = new Date();
   const results = await applyUsageBatch(
     { ...ctx, db: capturing },
@@ -479,10 +492,22 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     for (let i = 0; i < n; i++) map.set(captured[i]!, chosen[i]!);
     for (let i = 0; i < n; i++) map.set(`${prefix}-capture-${i}`, `${prefix}-${seq++}`);
     const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? timeOrderedId() : v)) : v);
-    return queries.map((q) => ({
+    /** In the write's ctid array: the chosen session whose place goes there, once the first statement found it. */
+    const placeOf = (v: unknown) => {
+      const id = typeof v === 'string' ? capturedAt.get(v) : undefined;
+      return id === undefined ? swap(v) : new PlaceOf(map.get(id)!);
+    };
+    return queries.map((q, i) => ({
       text: q.sql,
-      values: q.parameters.map((p) => (Array.isArray(p) ? p.map(swap) : swap(p))),
+      values: q.parameters.map((p) => (Array.isArray(p) ? p.map(i === 1 ? placeOf : swap) : swap(p))),
     }));
+  };
+  /** Puts the places the first statement found (its rows' `at`) into the write's ctid array. */
+  const place = (write: { values: unknown[] }, opened: { id: string; at: string }[]) => {
+    const at = new Map(opened.map((r) => [r.id, r.at]));
+    write.values = write.values.map((p) =>
+      Array.isArray(p) ? p.map((v) => (v instanceof PlaceOf ? at.get(v.sessionId) : v)) : p,
+    );
   };
   const pool = new pg.Pool({ connectionString: testDb.url, max: DIRECT_WORKERS });
   let applied = 0;
@@ -503,7 +528,11 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     conns.map(async (conn) => {
       while (Date.now() - started < SECONDS * 1000) {
         await conn.query('BEGIN');
-        for (const q of batchOf()) await conn.query(q);
+        const [open, write] = batchOf();
+        place(write!, (await conn.query<{ id: string; at: string }>(open!)).rows);
+        // Every session written where it was locked, as the service's batch writes it (none left to a second statement).
+        const written = await conn.query(write!);
+        if (written.rowCount !== n) throw new Error(`the replay wrote ${written.rowCount} of ${n} sessions`);
         await conn.query('COMMIT');
         applied += n;
       }

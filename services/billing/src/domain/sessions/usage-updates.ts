@@ -59,15 +59,20 @@ function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
  */
 class Applied implements UsageResult {
   #usage: UsageRecord | undefined;
+  readonly #record: UsageRow;
+  readonly #scale: number;
   constructor(
     readonly duplicate: boolean,
-    private readonly record: UsageRow,
-    private readonly scale: number,
+    record: UsageRow,
+    scale: number,
     readonly session: SessionRow,
-  ) {}
+  ) {
+    this.#record = record;
+    this.#scale = scale;
+  }
 
   get usage(): UsageRecord {
-    this.#usage ??= toUsageRecord(this.record, this.scale);
+    this.#usage ??= toUsageRecord(this.#record, this.#scale);
     return this.#usage;
   }
 }
@@ -130,7 +135,7 @@ async function applyInTransaction(
   const opened = await openUsageBatch(trx, [...new Set(updates.map((u) => u.sessionId))], updates);
   const sessions = new Map<string, LockedSession>();
   const applied = new Map<string, UsageRow>();
-  // The row stands as the session's (its two extra fields are read by nothing that takes a session row).
+  // The row stands as the session's (its three extra fields are read by nothing that takes a session row).
   for (const row of opened) {
     sessions.set(row.id, { row, held: new Dec(row.held), at: row.at });
     for (const r of row.applied) applied.set(recordKey(r.session_id, r.message_id), r);
