@@ -23,7 +23,7 @@ import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
-import { appliedUsageRecords, openUsageBatch, type UsageRow } from '../../db/usage-repository.ts';
+import { appliedUsageRecords, type OpenedSession, openUsageBatch, type UsageRow } from '../../db/usage-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -137,7 +137,7 @@ async function applyInTransaction(
   const applied = new Map<string, UsageRow>();
   // The row stands as the session's (its three extra fields are read by nothing that takes a session row).
   for (const row of opened) {
-    sessions.set(row.id, { row, held: new Dec(row.held), at: row.at });
+    sessions.set(row.id, { row, held: new Dec(row.held) });
     for (const r of row.applied) applied.set(recordKey(r.session_id, r.message_id), r);
   }
 
@@ -169,7 +169,7 @@ async function applyInTransaction(
     else fresh.set(u.sessionId, [u]);
   });
   const billItems: BillItem[] = [...fresh].map(([id, list]) => {
-    const { row: session, held, at } = sessions.get(id)!;
+    const { row: session, held } = sessions.get(id)!;
     const newest = list.reduce((a, b) => (b.timestamp.getTime() >= a.timestamp.getTime() ? b : a));
     const isNewest = !session.last_usage_at || newest.timestamp.getTime() >= new Date(session.last_usage_at).getTime();
     return {
@@ -177,7 +177,7 @@ async function applyInTransaction(
       held,
       usage: isNewest ? { actualPowerW: String(newest.powerDrawW), lastUsageAt: newest.timestamp } : undefined,
       correlationId: list[0]!.correlationId,
-      at,
+      at: session.at,
     };
   });
   const plans = new Map<string, BillPlan>((await planBillings(ctx, trx, billItems)).map((p) => [p.item.session.id, p]));
@@ -273,11 +273,10 @@ function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionR
 const recordKey = (sessionId: string, messageId: string) => `${sessionId}\n${messageId}`;
 const ZERO = new Dec(0);
 
-/** A running session's row, locked, with what its hold still holds and where the row lies (read in the same statement). */
+/** A running session's row as locked (with where it lies), and what its hold still holds (read in the same statement). */
 interface LockedSession {
-  row: SessionRow;
+  row: OpenedSession;
   held: Dec;
-  at: string;
 }
 
 /** The usage record of an update, as it will read back from the table. */
