@@ -439,7 +439,7 @@ class PlaceOf {
   constructor(readonly sessionId: string) {}
 }
 
-async function directReplay(size: number, prefix: string): Promise<DirectRun> {
+async function directReplay(size: number, prefix: string, withSession: boolean): Promise<DirectRun> {
   const n = Math.max(1, Math.round(size));
   const pick = (k: number) => {
     const chosen = new Set<string>();
@@ -468,6 +468,8 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
   const results = await applyUsageBatch(
     { ...ctx, db: capturing },
     captured.map((sessionId, i) => ({
+      // HTTP answers each update with its session: the batch reads the sessions' whole rows once written.
+      withSession,
       sender: UNCHECKED_PRINCIPAL,
       sessionId,
       messageId: `${prefix}-capture-${i}`,
@@ -478,7 +480,10 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
   );
   const failed = results.find((r) => r instanceof Error);
   if (failed) throw failed;
-  if (queries.length !== 2) throw new Error(`expected a batch of 2 statements, captured ${queries.length}`);
+  const statements = withSession ? 3 : 2;
+  if (queries.length !== statements) {
+    throw new Error(`expected a batch of ${statements} statements, captured ${queries.length}`);
+  }
   const recordIds = new Set(
     (
       await sql<{ id: string }>`SELECT id FROM usage_records WHERE message_id LIKE ${`${prefix}-capture-%`}`.execute(db)
@@ -528,11 +533,12 @@ async function directReplay(size: number, prefix: string): Promise<DirectRun> {
     conns.map(async (conn) => {
       while (Date.now() - started < SECONDS * 1000) {
         await conn.query('BEGIN');
-        const [open, write] = batchOf();
+        const [open, write, answer] = batchOf();
         place(write!, (await conn.query<{ id: string; at: string }>(open!)).rows);
         // Every session written where it was locked, as the service's batch writes it (none left to a second statement).
         const written = await conn.query(write!);
         if (written.rowCount !== n) throw new Error(`the replay wrote ${written.rowCount} of ${n} sessions`);
+        if (answer) await conn.query(answer);
         await conn.query('COMMIT');
         applied += n;
       }
@@ -599,10 +605,10 @@ const sizes = (
 const balanced = c.intact;
 const meanBatch = (r: Run) => r.batches.items / Math.max(r.batches.batches, 1);
 // Last: the replay writes billing onto sessions as its captured batch had it.
-const directSingle = await directReplay(meanBatch(single), 'direct1');
-const directBatched = await directReplay(meanBatch(batched), 'directb');
-const directNats = await directReplay(meanBatch(nats), 'directn');
-const directNatsBatched = await directReplay(meanBatch(natsBatched), 'directnb');
+const directSingle = await directReplay(meanBatch(single), 'direct1', true);
+const directBatched = await directReplay(meanBatch(batched), 'directb', true);
+const directNats = await directReplay(meanBatch(nats), 'directn', false);
+const directNatsBatched = await directReplay(meanBatch(natsBatched), 'directnb', false);
 await capturePool.end();
 const perUpdate = (ms: number | null, n: number) => (ms === null ? '?' : (ms / Math.max(n, 1)).toFixed(3));
 const met = (rate: number, target: number) => (rate >= target ? 'met' : 'NOT met');

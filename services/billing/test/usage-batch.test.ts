@@ -11,10 +11,10 @@ import { z } from 'zod';
 import { writeBilledSessions } from '../src/db/session-repository.ts';
 import { openUsageBatch } from '../src/db/usage-repository.ts';
 import { Dec } from '../src/domain/ledger/index.ts';
-import { applyUsageBatch, type UsageUpdate } from '../src/domain/sessions/usage-updates.ts';
+import { applyUsageBatch, type BatchedUsageUpdate, type UsageUpdate } from '../src/domain/sessions/usage-updates.ts';
 import { sessionSchema } from '../src/routes/session-schemas.ts';
 import { usageRecordSchema } from '../src/routes/usage.ts';
-import { end, H100_X1, manualClock, parties, start, startBody } from './support/sessions.ts';
+import { end, H100_X1, manualClock, parties, RTX4090_X2, start, startBody } from './support/sessions.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const clock = manualClock();
@@ -183,6 +183,63 @@ describe('applyUsageBatch', () => {
       .execute();
     expect(stored.map((r) => r.message_id)).toEqual(['ok-1', 'ok-2']);
   });
+
+  it("reads no session's whole row for updates that ask for none, yet raises events and ends sessions with it", async () => {
+    // RTX 4090 × 2 at 1.93 tokens an hour: 2.5 tokens pay 77 minutes, then grace. H100 × 1 at 0.085 a minute: a cap
+    // of 0.2 is spent in minute 3.
+    const poor = (await start(h, startBody(await parties(h, '2.5'), RTX4090_X2))).json().session.id as string;
+    const capped = (await start(h, { ...startBody(await parties(h, '20'), H100_X1), spend_cap: '0.2' })).json().session
+      .id as string;
+    const quiet = await runningSession();
+    clock.advance(77 * 60_000 + 1000);
+    const results = await applyUsageBatch(h.ctx, [
+      update(poor, 'n-1'),
+      update(capped, 'n-1'),
+      update(quiet, 'n-1'),
+      { ...update(quiet, 'n-2'), withSession: true },
+    ]);
+    for (const r of results) expect(r).not.toBeInstanceOf(Error);
+    const answers = results as { session?: { status: string } }[];
+    expect(answers.slice(0, 3).map((r) => r.session)).toEqual([undefined, undefined, undefined]);
+    expect(answers[3]!.session).toMatchObject({
+      id: quiet,
+      status: 'active',
+      billed_minutes: 77,
+      requested_vram_mb: H100_X1.requested_vram_mb,
+    });
+
+    const rows = await h.db
+      .selectFrom('rental_sessions')
+      .select(['id', 'status', 'end_reason', 'total_cost'])
+      .where('id', 'in', [poor, capped])
+      .execute();
+    expect(new Map(rows.map((r) => [r.id, r]))).toEqual(
+      new Map([
+        [poor, expect.objectContaining({ status: 'grace_period' })],
+        [capped, { id: capped, status: 'completed', end_reason: 'spend_cap', total_cost: '0.200000' }],
+      ]),
+    );
+    // The events carry the whole session as written: columns the batch itself never read among them.
+    const events = await h.db.selectFrom('outbox_events').select(['kind', 'payload']).execute();
+    const of = (id: string, kind: string) =>
+      events
+        .filter((e) => e.kind === kind && (e.payload as { session?: { id: string } }).session?.id === id)
+        .map((e) => (e.payload as { session: object }).session);
+    expect(of(poor, 'session.grace_period')).toEqual([
+      expect.objectContaining({
+        status: 'grace_period',
+        requested_vram_mb: RTX4090_X2.requested_vram_mb,
+        billed_minutes: 77,
+      }),
+    ]);
+    expect(of(capped, 'session.completed')).toEqual([
+      expect.objectContaining({
+        status: 'completed',
+        requested_vram_mb: H100_X1.requested_vram_mb,
+        total_cost: '0.200000',
+      }),
+    ]);
+  });
 });
 
 describe('a retry racing its original in another batch', () => {
@@ -193,7 +250,8 @@ describe('a retry racing its original in another batch', () => {
   async function race(end: boolean) {
     const a = await runningSession();
     clock.advance(60_000);
-    const u: UsageUpdate = {
+    const u: BatchedUsageUpdate = {
+      withSession: true,
       sender: UNCHECKED_PRINCIPAL,
       sessionId: a,
       messageId: 'raced',

@@ -46,7 +46,7 @@ import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { Counter } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import {
-  applyUsageUpdate,
+  applyUsageReport,
   toUsageUpdate,
   type UsageMessage,
   type UsageReportsRequest,
@@ -166,7 +166,7 @@ async function handle(opts: Handling, body: UsageMessage, msg: JsMsg): Promise<S
   }
   const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
   try {
-    await applyUsageUpdate(opts.ctx, toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), correlationId, sender));
+    await applyUsageReport(opts.ctx, toUsageUpdate(body, msg.headers?.get('Nats-Msg-Id'), correlationId, sender));
     return 'ack';
   } catch (err) {
     // The database away: again later.
@@ -236,10 +236,10 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     if (reportsInHand + n > limits.reports || clientHas + n > limits.perClientReports) return busy();
     reportsInHand += n;
     clientReports.add(named.client, n);
-    let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageUpdate>>>[];
+    let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageReport>>>[];
     try {
       settled = await Promise.allSettled(
-        body.reports.map((r) => applyUsageUpdate(opts.ctx, toUsageUpdate(r, undefined, correlationId, sender))),
+        body.reports.map((r) => applyUsageReport(opts.ctx, toUsageUpdate(r, undefined, correlationId, sender))),
       );
     } finally {
       reportsInHand -= n;

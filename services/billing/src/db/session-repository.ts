@@ -16,6 +16,12 @@ export async function findSession(db: Db, id: string, lock = false): Promise<Ses
   return q.executeTakeFirst();
 }
 
+/** Sessions' rows by ID (in no order; an unknown ID is left out). */
+export async function findSessions(db: Db, ids: string[]): Promise<SessionRow[]> {
+  if (ids.length === 0) return [];
+  return db.selectFrom('rental_sessions').selectAll().where('id', '=', sql<string>`ANY(${ids}::uuid[])`).execute();
+}
+
 /** Names the session whose start took this one's GPUs (before its end is written: domain/sessions/bids.ts). */
 export async function markPreemptedBy(trx: Db, id: string, winnerId: string): Promise<void> {
   await trx.updateTable('rental_sessions').set({ preempted_by: winnerId }).where('id', '=', id).execute();

@@ -10,7 +10,7 @@ import type { Dec } from './ledger/money.ts';
 import type { MarketFactors, RateCard } from './pricing/pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
 import type { ReserveReport } from './reserves/report.ts';
-import type { UsageResult, UsageUpdate } from './sessions/usage-message.ts';
+import type { BatchedUsageResult, BatchedUsageUpdate } from './sessions/usage-message.ts';
 import type { WorkloadStorage } from './workload-storage.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
@@ -62,7 +62,7 @@ export interface BillingState {
    */
   ratePeriods: BoundedCache<RatePeriods>;
   /** Group commit of usage updates, made on first use (sessions/usage-updates.ts). */
-  usageBatcher?: GroupCommit<UsageUpdate, UsageResult>;
+  usageBatcher?: GroupCommit<BatchedUsageUpdate, BatchedUsageResult>;
   /** Group commit of transfers posted on their own, made on first use (ledger/group-commit.ts). */
   transferBatcher?: GroupCommit<TransferRow[], null>;
   /** Automatic payouts in flight in this instance, by provider wallet (wallets/auto-payout.ts). */

@@ -34,7 +34,7 @@
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { writeBilledSessions } from '../../db/session-repository.ts';
-import type { UsageRow } from '../../db/usage-repository.ts';
+import type { Billable, UsageRow } from '../../db/usage-repository.ts';
 import type { BillingContext, RatePeriods } from '../context.ts';
 import { Dec, getHolds, type Hold, topUpHold } from '../ledger/index.ts';
 import { billableMinutes, costOfHours, costOfSessionMinutes } from '../pricing/index.ts';
@@ -45,17 +45,21 @@ import type { EndKind, SessionRow } from './session.ts';
 const GRACE_OVER: EndKind = { status: 'terminated', reason: 'insufficient_funds' };
 const CAP_REACHED: EndKind = { status: 'completed', reason: 'spend_cap' };
 
-export interface BillOutcome {
-  session: SessionRow;
+export interface BillOutcome<S extends Billable = SessionRow> {
+  /** The session as billing wrote it (the item's columns, those billing wrote as stored). */
+  session: S;
   /** Cost billed by this call (0 when no new full minute passed). */
   billed: Dec;
   /** How the caller must end the session now (`finishSession`), or null while it runs on. */
   end: EndKind | null;
+  /** The events billing's change raises (`recordBillingEvents` records them with the whole session). */
+  events: SessionEvent[];
+  correlationId?: string;
 }
 
 /** One session to bill (its row locked by the caller) and, optionally, the newest usage report to record on it. */
-export interface BillItem {
-  session: SessionRow;
+export interface BillItem<S extends Billable = SessionRow> {
+  session: S;
   /** What the session's hold still holds, when the caller has read it already (else it is read here). */
   held?: Dec;
   usage?: { actualPowerW: string; lastUsageAt: Date };
@@ -94,12 +98,13 @@ export async function billElapsed(
   usage?: BillItem['usage'],
 ): Promise<BillOutcome> {
   const [outcome] = await writeBillings(ctx, trx, await planBillings(ctx, trx, [{ session, usage, correlationId }]));
+  await recordBillingEvents(ctx, trx, outcome!, outcome!.session);
   return outcome!;
 }
 
 /** What billing will write on one session, worked out (and its hold topped up) before anything else is written. */
-export interface BillPlan {
-  item: BillItem;
+export interface BillPlan<S extends Billable = SessionRow> {
+  item: BillItem<S>;
   /** The billed minutes and cost the session row will hold. */
   minutes: number;
   /** Cost billed by this pass (0 when no new full minute passed). */
@@ -115,16 +120,16 @@ export interface BillPlan {
  * a hold running low is topped up here, the only write), so that the caller can write what follows from it (usage
  * records) in the same statement as the sessions (`writeBillings`).
  */
-export async function planBillings(
+export async function planBillings<S extends Billable>(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  items: BillItem[],
-): Promise<BillPlan[]> {
+  items: BillItem<S>[],
+): Promise<BillPlan<S>[]> {
   if (items.length === 0) return [];
   const now = ctx.now();
   const unread = items.filter((i) => i.held === undefined).map((i) => i.session.hold_id);
   const holds = unread.length > 0 ? await getHolds(trx, unread) : new Map<string, Hold>();
-  const plans: BillPlan[] = [];
+  const plans: BillPlan<S>[] = [];
   for (const item of items) {
     const held = item.held ?? new Dec(holds.get(item.session.hold_id)?.remaining ?? 0);
     const change = await planBilling(ctx, trx, item, held, now);
@@ -136,14 +141,14 @@ export async function planBillings(
 
 /**
  * Writes planned billings in one statement (with `usageRecords`, the usage records of the caller's batch, written in
- * the same one) and records their events; outcomes in the plans' order.
+ * the same one); outcomes in the plans' order, each with the events the caller records (`recordBillingEvents`).
  */
-export async function writeBillings(
+export async function writeBillings<S extends Billable>(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  plans: BillPlan[],
+  plans: BillPlan<S>[],
   usageRecords: UsageRow[] = [],
-): Promise<BillOutcome[]> {
+): Promise<BillOutcome<S>[]> {
   if (plans.length === 0) return [];
   const updated = await writeBilledSessions(
     trx,
@@ -151,16 +156,25 @@ export async function writeBillings(
     plans[0]!.now,
     usageRecords,
   );
-  const outcomes: BillOutcome[] = [];
+  const outcomes: BillOutcome<S>[] = [];
   for (const { item, change, billed, end } of plans) {
     const written = updated.get(change.id);
     if (!written) throw new Error(`session ${change.id} vanished while billed`);
-    const session: SessionRow = { ...item.session, ...written };
+    const session: S = { ...item.session, ...written };
     countGpuMinutes(ctx, item.session, session.billed_minutes);
-    for (const kind of change.events) await ctx.events.record(trx, { kind, session }, change.correlationId);
-    outcomes.push({ session, billed, end });
+    outcomes.push({ session, billed, end, events: change.events, correlationId: change.correlationId });
   }
   return outcomes;
+}
+
+/** Records the events of a billing's outcome, with the session's whole row as billing left it. */
+export async function recordBillingEvents(
+  ctx: BillingContext,
+  trx: Transaction<BillingDB>,
+  outcome: Pick<BillOutcome<Billable>, 'events' | 'correlationId'>,
+  session: SessionRow,
+): Promise<void> {
+  for (const kind of outcome.events) await ctx.events.record(trx, { kind, session }, outcome.correlationId);
 }
 
 /** Counts a session's newly billed minutes for `billing_gpu_hours_billed_total` (never backwards, never twice). */
@@ -199,7 +213,7 @@ function ratePeriods(ctx: BillingContext, rate: string): RatePeriods {
 async function planBilling(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  item: BillItem,
+  item: BillItem<Billable>,
   heldBefore: Dec,
   now: Date,
 ): Promise<SessionChange> {

@@ -37,4 +37,4 @@ export {
   usageMessageSchema,
   usageReportsRequestSchema,
 } from './usage-message.ts';
-export { applyUsageUpdate } from './usage-updates.ts';
+export { applyUsageReport, applyUsageUpdate } from './usage-updates.ts';

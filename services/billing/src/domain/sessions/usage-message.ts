@@ -133,11 +133,21 @@ export interface UsageRecord {
   createdAt: Date;
 }
 
-/** What applying one usage update comes to. */
-export interface UsageResult {
+/** What applying one usage update comes to, for a sender answered a status per report (NATS). */
+export interface UsageOutcome {
   /** Whether the message had been applied before (nothing changed). */
   duplicate: boolean;
   usage: UsageRecord;
+}
+
+/** An update as a usage batch takes it: `withSession` when its caller answers with the session (HTTP). */
+export type BatchedUsageUpdate = UsageUpdate & { withSession?: boolean };
+
+/** A usage batch's answer to one update: with the session when the update asked for it. */
+export type BatchedUsageResult = UsageOutcome & { session?: SessionRow };
+
+/** What applying one usage update comes to, with the session (the answer over HTTP). */
+export interface UsageResult extends UsageOutcome {
   /** The session once the update's transaction is done. */
   session: SessionRow;
 }

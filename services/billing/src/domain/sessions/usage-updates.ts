@@ -22,20 +22,41 @@
 import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
+import { findSessions } from '../../db/session-repository.ts';
 import { isUniqueViolation } from '../../db/unique-violation.ts';
-import { appliedUsageRecords, type OpenedSession, openUsageBatch, type UsageRow } from '../../db/usage-repository.ts';
+import {
+  appliedUsageRecords,
+  type Billable,
+  type OpenedSession,
+  openUsageBatch,
+  type UsageRow,
+} from '../../db/usage-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, formatAmount } from '../ledger/index.ts';
 import { timeOrderedId } from '../time-ordered-id.ts';
-import { type BillItem, type BillOutcome, type BillPlan, planBillings, writeBillings } from './billing.ts';
+import {
+  type BillItem,
+  type BillOutcome,
+  type BillPlan,
+  planBillings,
+  recordBillingEvents,
+  writeBillings,
+} from './billing.ts';
 import { finishSession } from './end.ts';
 import { isRunning, type SessionRow } from './session.ts';
-import type { UsageRecord, UsageResult, UsageUpdate } from './usage-message.ts';
+import type {
+  BatchedUsageResult,
+  BatchedUsageUpdate,
+  UsageOutcome,
+  UsageRecord,
+  UsageResult,
+  UsageUpdate,
+} from './usage-message.ts';
 
-export type { UsageResult, UsageUpdate } from './usage-message.ts';
+export type { BatchedUsageUpdate, UsageOutcome, UsageResult, UsageUpdate } from './usage-message.ts';
 
 /** A usage record from its row (the cost at the token's scale). */
 function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
@@ -57,7 +78,7 @@ function toUsageRecord(r: UsageRow, scale: number): UsageRecord {
  * One update's outcome. Its usage record takes the answer's form (the cost at the token's scale, dates) only when read:
  * an answer over NATS, a status per report, never reads it.
  */
-class Applied implements UsageResult {
+class Applied implements BatchedUsageResult {
   #usage: UsageRecord | undefined;
   readonly #record: UsageRow;
   readonly #scale: number;
@@ -65,7 +86,7 @@ class Applied implements UsageResult {
     readonly duplicate: boolean,
     record: UsageRow,
     scale: number,
-    readonly session: SessionRow,
+    readonly session: SessionRow | undefined,
   ) {
     this.#record = record;
     this.#scale = scale;
@@ -86,8 +107,7 @@ const MAX_BATCH = 256;
 const MAX_IN_FLIGHT = 2;
 const MAX_IN_FLIGHT_FULL = 4;
 
-/** Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. */
-export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
+function submit(ctx: BillingContext, u: BatchedUsageUpdate): Promise<BatchedUsageResult> {
   ctx.state.usageBatcher ??= new GroupCommit((updates) => applyUsageBatch(ctx, updates), {
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_IN_FLIGHT,
@@ -96,8 +116,32 @@ export function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<U
   return ctx.state.usageBatcher.submit(u);
 }
 
-/** Applies updates in one transaction; one result per update, in order (an Error for a refused one). */
-export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[]): Promise<(UsageResult | Error)[]> {
+/**
+ * Applies one usage update exactly once (grouped with concurrent ones); `duplicate` when already applied. Answers the
+ * session as the update's transaction left it (HTTP's answer).
+ */
+export async function applyUsageUpdate(ctx: BillingContext, u: UsageUpdate): Promise<UsageResult> {
+  const { duplicate, usage, session } = await submit(ctx, { ...u, withSession: true });
+  if (!session) throw new Error(`usage batch answered no session for ${u.sessionId}`);
+  return { duplicate, usage, session };
+}
+
+/**
+ * Applies one usage update as `applyUsageUpdate` does, answering only its outcome (a daemon's status per report over
+ * NATS): a batch of such updates reads no session's whole row.
+ */
+export function applyUsageReport(ctx: BillingContext, u: UsageUpdate): Promise<UsageOutcome> {
+  return submit(ctx, u);
+}
+
+/**
+ * Applies updates in one transaction; one result per update, in order (an Error for a refused one), with the session
+ * for an update that asks for it (`withSession`).
+ */
+export async function applyUsageBatch(
+  ctx: BillingContext,
+  updates: BatchedUsageUpdate[],
+): Promise<(BatchedUsageResult | Error)[]> {
   const apply = () => ctx.db.transaction().execute((trx) => applyInTransaction(ctx, trx, updates));
   try {
     try {
@@ -114,7 +158,7 @@ export async function applyUsageBatch(ctx: BillingContext, updates: UsageUpdate[
       { err: (err as Error).message, updates: updates.length },
       'usage batch failed; applying its updates one by one',
     );
-    const results: (UsageResult | Error)[] = [];
+    const results: (BatchedUsageResult | Error)[] = [];
     for (const u of updates) results.push(...(await applyUsageBatch(ctx, [u])));
     return results;
   }
@@ -130,8 +174,8 @@ type Verdict =
 async function applyInTransaction(
   ctx: BillingContext,
   trx: Transaction<BillingDB>,
-  updates: UsageUpdate[],
-): Promise<(UsageResult | Error)[]> {
+  updates: BatchedUsageUpdate[],
+): Promise<(BatchedUsageResult | Error)[]> {
   const opened = await openUsageBatch(trx, [...new Set(updates.map((u) => u.sessionId))], updates);
   const sessions = new Map<string, LockedSession>();
   const applied = new Map<string, UsageRow>();
@@ -168,7 +212,7 @@ async function applyInTransaction(
     if (list) list.push(u);
     else fresh.set(u.sessionId, [u]);
   });
-  const billItems: BillItem[] = [...fresh].map(([id, list]) => {
+  const billItems: BillItem<OpenedSession>[] = [...fresh].map(([id, list]) => {
     const { row: session, held } = sessions.get(id)!;
     const newest = list.reduce((a, b) => (b.timestamp.getTime() >= a.timestamp.getTime() ? b : a));
     const isNewest = !session.last_usage_at || newest.timestamp.getTime() >= new Date(session.last_usage_at).getTime();
@@ -180,7 +224,9 @@ async function applyInTransaction(
       at: session.at,
     };
   });
-  const plans = new Map<string, BillPlan>((await planBillings(ctx, trx, billItems)).map((p) => [p.item.session.id, p]));
+  const plans = new Map<string, BillPlan<OpenedSession>>(
+    (await planBillings(ctx, trx, billItems)).map((p) => [p.item.session.id, p]),
+  );
 
   // Usage records: the session's first new update carries what this billing charged. A session that billing found
   // over (its grace ran out, its cost reached its cap) is ended by its first new update; its later ones in the batch
@@ -203,7 +249,7 @@ async function applyInTransaction(
     const row = usageRow(ctx, u, plan.minutes, first ? plan.billed : ZERO);
     inserted.set(recordKey(u.sessionId, u.messageId), row);
   });
-  const outcomes = new Map<string, BillOutcome>(
+  const outcomes = new Map<string, BillOutcome<OpenedSession>>(
     (await writeBillings(ctx, trx, [...plans.values()], [...inserted.values()])).map((o) => [o.session.id, o]),
   );
 
@@ -227,16 +273,31 @@ async function applyInTransaction(
     }
   }
 
-  // Final session state: ended as billing found it over, else as billed, else as locked.
+  // The whole rows, read once written (under the batch's locks): of the sessions whose billing raised events or ends
+  // them, and of those an update answers with. Most batches need none.
+  const whole = new Set<string>();
+  for (const [id, outcome] of outcomes) if (outcome.events.length > 0 || outcome.end) whole.add(id);
+  for (const u of updates) if (u.withSession && sessions.has(u.sessionId)) whole.add(u.sessionId);
+  const rows = new Map((await findSessions(trx, [...whole])).map((r) => [r.id, r]));
+  const rowOf = (id: string) => {
+    const row = rows.get(id);
+    if (!row) throw new Error(`session ${id} vanished from its usage batch`);
+    return row;
+  };
+  for (const outcome of outcomes.values()) {
+    if (outcome.events.length > 0) await recordBillingEvents(ctx, trx, outcome, rowOf(outcome.session.id));
+  }
+  // Final session state: ended as billing found it over, else as written.
   const finished = new Map<string, SessionRow>();
   for (const [id, outcome] of outcomes) {
     if (!outcome.end) continue;
-    const end = await finishSession(ctx, trx, outcome.session, outcome.end, fresh.get(id)![0]!.correlationId);
+    const end = await finishSession(ctx, trx, rowOf(id), outcome.end, fresh.get(id)![0]!.correlationId);
     finished.set(id, end.session);
   }
   // Last in the transaction: the machines whose GPUs the ends freed, in machine order.
   await stateNotedLeases(ctx, trx);
-  const sessionOut = (id: string): SessionRow => finished.get(id) ?? outcomes.get(id)?.session ?? sessions.get(id)!.row;
+  const sessionOut = (u: BatchedUsageUpdate) =>
+    u.withSession ? (finished.get(u.sessionId) ?? rowOf(u.sessionId)) : undefined;
 
   return updates.map((u, i) => {
     const v = verdicts[i]!;
@@ -245,7 +306,7 @@ async function applyInTransaction(
     const original = v.kind === 'repeat' ? verdicts[v.of]! : v;
     if (original.kind === 'refused') return original.error;
     const record = original.kind === 'duplicate' ? original.record : inserted.get(recordKey(u.sessionId, u.messageId))!;
-    return new Applied(v.kind !== 'new', record, ctx.scale, sessionOut(v.sessionId));
+    return new Applied(v.kind !== 'new', record, ctx.scale, sessionOut(u));
   });
 }
 
@@ -254,7 +315,7 @@ async function applyInTransaction(
  * `billing.max_clock_skew` (it would stand as the session's last usage time, ahead of every true report after it), or
  * earlier than the session's start less that skew (it measured something else).
  */
-function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: SessionRow): Error | null {
+function timestampProblem(ctx: BillingContext, u: UsageUpdate, session: Billable): Error | null {
   const skew = ctx.sessions.maxClockSkewMs;
   const window = {
     earliest: new Date(new Date(session.started_at).getTime() - skew),
