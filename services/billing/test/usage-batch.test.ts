@@ -300,6 +300,72 @@ describe('a retry racing its original in another batch', () => {
   });
 });
 
+describe('concurrent batches topping up holds of the same wallets', () => {
+  it('lock the wallets in one order, whatever order their reports came in: no deadlock', async () => {
+    // Two renters with two sessions each; 55 minutes in, every hold (an hour's) is due a top-up, which locks the
+    // renter's wallet accounts. `lo` and `hi` are the wallets by ID.
+    const renters = await Promise.all([parties(h, '20'), parties(h, '20')]);
+    const pairs = await Promise.all(
+      renters.map(async (p) => ({
+        wallet: p.renter.id,
+        sessions: [
+          (await start(h, startBody(p, H100_X1))).json().session.id as string,
+          (await start(h, startBody(p, H100_X1))).json().session.id as string,
+        ],
+      })),
+    );
+    const [lo, hi] = pairs.sort((a, b) => (a.wallet < b.wallet ? -1 : 1));
+    clock.advance(55 * 60_000);
+    const warned: string[] = [];
+    const logger = Object.assign(Object.create(h.ctx.logger), {
+      warn: (_: unknown, msg: string) => warned.push(msg),
+    }) as typeof h.ctx.logger;
+    const ctx = { ...h.ctx, logger };
+    const update = (sessionId: string): UsageUpdate => ({
+      sender: UNCHECKED_PRINCIPAL,
+      sessionId,
+      messageId: 'top-up',
+      timestamp: clock.now(),
+      gpuUtilization: 50,
+      powerDrawW: 300,
+    });
+    const waiting = async (n: number) => {
+      for (let i = 0; ; i++) {
+        const { rows } = await sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(h.db);
+        if (rows[0]!.n >= n) return;
+        if (i > 500) throw new Error(`${n} batches never waited`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    };
+    let first: ReturnType<typeof applyUsageBatch> | undefined;
+    let second: ReturnType<typeof applyUsageBatch> | undefined;
+    await h.db.transaction().execute(async (trx) => {
+      // Another transaction holds `hi`'s accounts while one batch (reports: hi's, then lo's) and then another (lo's,
+      // then hi's) reach them. Locked in report order, the first would hold hi waiting for lo, the second lo waiting
+      // for hi, once this transaction ends: a deadlock PostgreSQL breaks after a second by failing one of them.
+      await sql`SELECT 1 FROM ledger_accounts WHERE wallet_id = ${hi!.wallet} FOR UPDATE`.execute(trx);
+      first = applyUsageBatch(ctx, [update(hi!.sessions[0]!), update(lo!.sessions[0]!)]);
+      await waiting(1);
+      second = applyUsageBatch(ctx, [update(lo!.sessions[1]!), update(hi!.sessions[1]!)]);
+      await waiting(2);
+    });
+    const results = [...(await first!), ...(await second!)];
+    for (const r of results) expect(r).not.toBeInstanceOf(Error);
+    expect(warned).toEqual([]);
+    const holds = await h.db
+      .selectFrom('rental_sessions')
+      .innerJoin('holds', 'holds.id', 'rental_sessions.hold_id')
+      .select('holds.amount')
+      .where('rental_sessions.id', 'in', [...lo!.sessions, ...hi!.sessions])
+      .execute();
+    // Each hold topped up once: the hour and ten minutes' worth of a 5.10/h session, 55 minutes billed.
+    expect(holds.map((r) => r.amount)).toEqual(Array(4).fill(holds[0]!.amount));
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+});
+
 describe("a batch's session writes", () => {
   it('land where the row lock found each row, and by ID on a row the transaction itself moved since', async () => {
     const [still, moved] = [await runningSession(), await runningSession()];

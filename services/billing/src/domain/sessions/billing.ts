@@ -129,15 +129,24 @@ export async function planBillings<S extends Billable>(
   const now = ctx.now();
   const unread = items.filter((i) => i.held === undefined).map((i) => i.session.hold_id);
   const holds = unread.length > 0 ? await getHolds(trx, unread) : new Map<string, Hold>();
-  const plans: BillPlan<S>[] = [];
-  for (const item of items) {
+  // Planned in wallet order (then session order): a hold's top-up locks its renter's wallet accounts, and every batch
+  // that tops up holds of the same wallets then locks them in one order, whatever order its reports came in. In
+  // arrival order, two batches reaching two wallets in opposite orders deadlocked (PostgreSQL failed one after a
+  // second, and its updates were retried one by one).
+  const order = items.map((_, i) => i).sort((a, b) => compareForLocks(items[a]!.session, items[b]!.session));
+  const plans: BillPlan<S>[] = new Array(items.length);
+  for (const i of order) {
+    const item = items[i]!;
     const held = item.held ?? new Dec(holds.get(item.session.hold_id)?.remaining ?? 0);
     const change = await planBilling(ctx, trx, item, held, now);
     const end = change.capReached ? CAP_REACHED : graceOver(change, now) ? GRACE_OVER : null;
-    plans.push({ item, minutes: change.minutes, billed: change.billed, end, change, now });
+    plans[i] = { item, minutes: change.minutes, billed: change.billed, end, change, now };
   }
   return plans;
 }
+
+const compareForLocks = (a: Billable, b: Billable) =>
+  a.wallet_id < b.wallet_id ? -1 : a.wallet_id > b.wallet_id ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 
 /**
  * Writes planned billings in one statement (with `usageRecords`, the usage records of the caller's batch, written in
