@@ -30,7 +30,6 @@ import { postTransfers } from '../src/domain/ledger/ledger.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
 import { startSession } from '../src/domain/sessions/start.ts';
 import { applyUsageBatch } from '../src/domain/sessions/usage-updates.ts';
-import { timeOrderedId } from '../src/domain/time-ordered-id.ts';
 import { createWallet } from '../src/domain/wallets/wallets.ts';
 import { checkLedgerInvariant } from './ledger-invariant.ts';
 
@@ -496,7 +495,7 @@ async function directReplay(size: number, prefix: string, withSession: boolean):
     const chosen = pick(n);
     for (let i = 0; i < n; i++) map.set(captured[i]!, chosen[i]!);
     for (let i = 0; i < n; i++) map.set(`${prefix}-capture-${i}`, `${prefix}-${seq++}`);
-    const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? timeOrderedId() : v)) : v);
+    const swap = (v: unknown) => (typeof v === 'string' ? (map.get(v) ?? (recordIds.has(v) ? randomUUID() : v)) : v);
     /** In the write's ctid array: the chosen session whose place goes there, once the first statement found it. */
     const placeOf = (v: unknown) => {
       const id = typeof v === 'string' ? capturedAt.get(v) : undefined;

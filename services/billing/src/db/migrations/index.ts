@@ -36,6 +36,7 @@ import { finalCheckpointWaitMigration } from './0032-final-checkpoint-wait.ts';
 import { bidsMigration } from './0033-bids.ts';
 import { bidChangesMigration } from './0034-bid-changes.ts';
 import { usageRecordSessionCheckMigration } from './0035-usage-record-session-check.ts';
+import { usageRecordKeyMigration } from './0036-usage-record-key.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -74,5 +75,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0033-bids': bidsMigration,
     '0034-bid-changes': bidChangesMigration,
     '0035-usage-record-session-check': usageRecordSessionCheckMigration,
+    '0036-usage-record-key': usageRecordKeyMigration,
   };
 }

@@ -19,6 +19,7 @@
  * its updates is retried in a transaction of its own, so one bad update never
  * fails another.
  */
+import { randomUUID } from 'node:crypto';
 import { GroupCommit } from '@gpu/common';
 import type { Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
@@ -36,7 +37,6 @@ import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
 import { stateNotedLeases } from '../leases/index.ts';
 import { Dec, formatAmount } from '../ledger/index.ts';
-import { timeOrderedId } from '../time-ordered-id.ts';
 import {
   type BillItem,
   type BillOutcome,
@@ -343,8 +343,7 @@ interface LockedSession {
 /** The usage record of an update, as it will read back from the table. */
 function usageRow(ctx: BillingContext, u: UsageUpdate, billedMinutes: number, billed: Dec): UsageRow {
   return {
-    // Time-ordered: inserts land together at the end of the primary key's index.
-    id: timeOrderedId(),
+    id: randomUUID(),
     session_id: u.sessionId,
     message_id: u.messageId,
     reported_at: u.timestamp,
