@@ -16,7 +16,14 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type CpuSnapshot, cpuSince, cpuSnapshot, machineLine, processMs, writeBenchSection } from '@gpu/bench-kit';
-import { connectPublisher, createLogger, type NatsPublisher, startTracing, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import {
+  connectPublisher,
+  createLogger,
+  type NatsPublisher,
+  PREPARED,
+  startTracing,
+  UNCHECKED_PRINCIPAL,
+} from '@gpu/common';
 import { createTestDatabase, startTestIssuer, testEnv } from '@gpu/common/testing';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
@@ -501,7 +508,10 @@ async function directReplay(size: number, prefix: string, withSession: boolean):
       const id = typeof v === 'string' ? capturedAt.get(v) : undefined;
       return id === undefined ? swap(v) : new PlaceOf(map.get(id)!);
     };
+    // Prepared as the service's pool prepares them (a text opening with PREPARED): parsed and planned once per
+    // connection.
     return queries.map((q, i) => ({
+      ...(q.sql.startsWith(PREPARED) ? { name: `replay_${i}_${q.sql.length}` } : {}),
       text: q.sql,
       values: q.parameters.map((p) => (Array.isArray(p) ? p.map(i === 1 ? placeOf : swap) : swap(p))),
     }));

@@ -1,4 +1,5 @@
 /** Queries on rental sessions. Every function takes the database or a transaction. */
+import { PREPARED_SQL } from '@gpu/common';
 import { type Insertable, type Kysely, type Selectable, sql, type Transaction, type Updateable } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan, type Party, partyOf } from './keyset-sql.ts';
@@ -159,7 +160,7 @@ async function updateBilled(
   located: boolean,
 ): Promise<Map<string, BilledColumns>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
-  const { rows } = await sql<BilledColumns>`
+  const { rows } = await sql<BilledColumns>`${PREPARED_SQL}
     ${usageRecords.length > 0 ? sql`WITH also AS (${usageRecordsInsert(usageRecords)})` : sql``}
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,

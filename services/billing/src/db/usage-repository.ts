@@ -3,6 +3,7 @@
  * batch's size: a batch opens with one statement (`openUsageBatch`) and writes with one (`writeBilledSessions` with
  * `usageRecordsInsert`), so it costs four round trips with its BEGIN and COMMIT.
  */
+import { PREPARED_SQL } from '@gpu/common';
 import { type RawBuilder, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, RentalSessionTable, UsageRecordTable } from './schema.ts';
 
@@ -69,7 +70,7 @@ export async function openUsageBatch(
   sessionIds: string[],
   keys: { sessionId: string; messageId: string }[],
 ): Promise<OpenedSession[]> {
-  const { rows } = await sql<Billable & { held: string; applied: RecordJson[] | null; at: string }>`
+  const { rows } = await sql<Billable & { held: string; applied: RecordJson[] | null; at: string }>`${PREPARED_SQL}
     WITH applied AS (
       SELECT u.session_id, json_agg(json_build_object(
         'id', u.id, 'message_id', u.message_id, 'reported_at', u.reported_at,
