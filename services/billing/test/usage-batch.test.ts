@@ -379,26 +379,67 @@ describe("a batch's session writes", () => {
       usage: { actualPowerW: '321', lastUsageAt: clock.now() },
       at,
     });
-    await h.db.transaction().execute(async (trx) => {
+    const written = await h.db.transaction().execute(async (trx) => {
       const opened = new Map((await openUsageBatch(trx, [still, moved], [])).map((s) => [s.id, s]));
       // The same transaction writes one row after locking it: the row's version it locked is no longer the newest.
       await sql`UPDATE rental_sessions SET end_reason = NULL WHERE id = ${moved}`.execute(trx);
-      const written = await writeBilledSessions(
+      return writeBilledSessions(
         trx,
         [change(still, opened.get(still)!.at), change(moved, opened.get(moved)!.at)],
         clock.now(),
+        h.ctx.scale,
       );
-      expect([...written.keys()].sort()).toEqual([still, moved].sort());
     });
+    expect([...written.keys()].sort()).toEqual([still, moved].sort());
     const rows = await h.db
       .selectFrom('rental_sessions')
-      .select(['id', 'billed_minutes', 'total_cost', 'actual_power_w'])
+      .select([
+        'id',
+        'billed_minutes',
+        'total_cost',
+        'status',
+        'grace_until',
+        'low_balance_at',
+        'updated_at',
+        'actual_power_w',
+        'last_usage_at',
+      ])
       .where('id', 'in', [still, moved])
       .execute();
     for (const r of rows) {
       expect(r.billed_minutes).toBe(7);
       expect(new Dec(r.total_cost).eq('0.595')).toBe(true);
       expect(r.actual_power_w).toBe('321');
+      // What the write answers (not read back) is what the table now reads, to the money's padded scale.
+      expect(written.get(r.id)).toEqual(r);
     }
+  });
+
+  it('answer a session billed without a report with its power and last report as they were', async () => {
+    const id = await runningSession();
+    await sql`UPDATE rental_sessions SET actual_power_w = 455.5, last_usage_at = ${clock.now()} WHERE id = ${id}`.execute(
+      h.db,
+    );
+    const written = await h.db.transaction().execute((trx) =>
+      writeBilledSessions(
+        trx,
+        [{ id, minutes: 3, cost: new Dec('0.25'), status: 'grace_period', graceUntil: clock.now(), lowBalanceAt: null }],
+        clock.now(),
+        h.ctx.scale,
+      ),
+    );
+    const row = await h.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    expect(written.get(id)).toEqual({
+      id,
+      billed_minutes: 3,
+      total_cost: row.total_cost,
+      status: 'grace_period',
+      grace_until: row.grace_until,
+      low_balance_at: null,
+      updated_at: row.updated_at,
+      actual_power_w: '455.5',
+    });
+    expect(row.total_cost).toBe(new Dec('0.25').toFixed(h.ctx.scale));
+    expect(row.last_usage_at).toEqual(clock.now());
   });
 });

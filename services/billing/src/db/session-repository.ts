@@ -104,7 +104,7 @@ export interface BilledSession {
   id: string;
   minutes: number;
   /** The session's total cost (a decimal at the scale). */
-  cost: { toFixed(): string };
+  cost: { toFixed(decimals?: number): string };
   status: SessionStatus;
   graceUntil: Date | null;
   lowBalanceAt: Date | null;
@@ -113,19 +113,15 @@ export interface BilledSession {
   at?: string;
 }
 
-/** The columns billing writes; the rest of a locked session row cannot change under its lock. */
+/**
+ * The columns billing writes (`last_usage_at` only with a report); the rest of a locked session row cannot change
+ * under its lock.
+ */
 export type BilledColumns = Pick<
   SessionRow,
-  | 'id'
-  | 'billed_minutes'
-  | 'total_cost'
-  | 'status'
-  | 'grace_until'
-  | 'low_balance_at'
-  | 'updated_at'
-  | 'actual_power_w'
-  | 'last_usage_at'
->;
+  'id' | 'billed_minutes' | 'total_cost' | 'status' | 'grace_until' | 'low_balance_at' | 'updated_at' | 'actual_power_w'
+> &
+  Partial<Pick<SessionRow, 'last_usage_at'>>;
 
 /**
  * Writes every session's billing (and usage report) in one statement; the written columns by session ID. The usage
@@ -135,32 +131,56 @@ export type BilledColumns = Pick<
  * no descent of the primary key's index (one per session, a tenth of a usage update's PostgreSQL time). The row lock
  * keeps every other writer off the row, so only this transaction could have moved it since; a row no longer at its
  * place (the transaction wrote it in between) is not found there and is written by its ID in a second statement.
+ *
+ * The written columns are the change's own (`total_cost` at the money `scale`, as the column reads), not read back:
+ * only `actual_power_w`, which a change without a report leaves as it was, comes back (reading the four timestamps
+ * back cost PostgreSQL their output and the driver their parse, a few microseconds an update).
  */
 export async function writeBilledSessions(
   trx: Transaction<BillingDB>,
   changes: BilledSession[],
   now: Date,
+  scale: number,
   usageRecords: UsageRow[] = [],
 ): Promise<Map<string, BilledColumns>> {
   const located = changes.length > 0 && changes.every((c) => c.at !== undefined);
-  const written = await updateBilled(trx, changes, now, usageRecords, located);
-  if (located && written.size < changes.length) {
-    const moved = changes.filter((c) => !written.has(c.id));
-    for (const [id, row] of await updateBilled(trx, moved, now, [], false)) written.set(id, row);
+  const power = await updateBilled(trx, changes, now, usageRecords, located);
+  if (located && power.size < changes.length) {
+    const moved = changes.filter((c) => !power.has(c.id));
+    for (const [id, w] of await updateBilled(trx, moved, now, [], false)) power.set(id, w);
+  }
+  const written = new Map<string, BilledColumns>();
+  for (const c of changes) {
+    const actualPowerW = power.get(c.id);
+    if (actualPowerW === undefined) continue;
+    written.set(c.id, {
+      id: c.id,
+      billed_minutes: c.minutes,
+      total_cost: c.cost.toFixed(scale),
+      status: c.status,
+      grace_until: c.graceUntil,
+      low_balance_at: c.lowBalanceAt,
+      updated_at: now,
+      actual_power_w: actualPowerW,
+      ...(c.usage ? { last_usage_at: c.usage.lastUsageAt } : {}),
+    });
   }
   return written;
 }
 
-/** One statement of `writeBilledSessions`: the sessions found by `ctid` (`located`) or by ID. */
+/**
+ * One statement of `writeBilledSessions`: the sessions found by `ctid` (`located`) or by ID; each written one's
+ * `actual_power_w` by ID.
+ */
 async function updateBilled(
   trx: Transaction<BillingDB>,
   changes: BilledSession[],
   now: Date,
   usageRecords: UsageRow[],
   located: boolean,
-): Promise<Map<string, BilledColumns>> {
+): Promise<Map<string, string | null>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
-  const { rows } = await sql<BilledColumns>`${PREPARED_SQL}
+  const { rows } = await sql<Pick<SessionRow, 'id' | 'actual_power_w'>>`${PREPARED_SQL}
     ${usageRecords.length > 0 ? sql`WITH also AS (${usageRecordsInsert(usageRecords)})` : sql``}
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,
@@ -181,9 +201,8 @@ async function updateBilled(
     ) AS v(id, billed_minutes, total_cost, status, grace_until, low_balance_at, has_usage, actual_power_w, last_usage_at,
       at)
     WHERE ${located ? sql`s.ctid = v.at AND s.id = v.id` : sql`s.id = v.id`}
-    RETURNING s.id, s.billed_minutes, s.total_cost, s.status, s.grace_until, s.low_balance_at, s.updated_at,
-      s.actual_power_w, s.last_usage_at`.execute(trx);
-  return new Map(rows.map((r) => [r.id, r]));
+    RETURNING s.id, s.actual_power_w`.execute(trx);
+  return new Map(rows.map((r) => [r.id, r.actual_power_w]));
 }
 
 /** Which sessions a list shows: by provider, renter, status, and the user who is a party (renter or provider owner). */

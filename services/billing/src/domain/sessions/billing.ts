@@ -163,6 +163,7 @@ export async function writeBillings<S extends Billable>(
     trx,
     plans.map((p) => p.change),
     plans[0]!.now,
+    ctx.scale,
     usageRecords,
   );
   const outcomes: BillOutcome<S>[] = [];
