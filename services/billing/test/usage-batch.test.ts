@@ -420,25 +420,23 @@ describe("a batch's session writes", () => {
     await sql`UPDATE rental_sessions SET actual_power_w = 455.5, last_usage_at = ${clock.now()} WHERE id = ${id}`.execute(
       h.db,
     );
-    const written = await h.db
-      .transaction()
-      .execute((trx) =>
-        writeBilledSessions(
-          trx,
-          [
-            {
-              id,
-              minutes: 3,
-              cost: new Dec('0.25'),
-              status: 'grace_period',
-              graceUntil: clock.now(),
-              lowBalanceAt: null,
-            },
-          ],
-          clock.now(),
-          h.ctx.scale,
-        ),
-      );
+    const written = await h.db.transaction().execute((trx) =>
+      writeBilledSessions(
+        trx,
+        [
+          {
+            id,
+            minutes: 3,
+            cost: new Dec('0.25'),
+            status: 'grace_period',
+            graceUntil: clock.now(),
+            lowBalanceAt: null,
+          },
+        ],
+        clock.now(),
+        h.ctx.scale,
+      ),
+    );
     const row = await h.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
     expect(written.get(id)).toEqual({
       id,

@@ -180,7 +180,10 @@ async function updateBilled(
   located: boolean,
 ): Promise<Map<string, string | null>> {
   const col = <T>(f: (c: BilledSession) => T) => changes.map(f);
-  const { rows } = await sql<Pick<SessionRow, 'id' | 'actual_power_w'>>`${PREPARED_SQL}
+  // Prepared where each row is found by its place (the usage batch's path, a TID scan per row); by ID (the biller's
+  // path, a row moved since its lock) planned each time: a plan cached while the sessions table was small could scan
+  // it whole until an ANALYZE replanned it, as openUsageBatch's did with the usage records.
+  const { rows } = await sql<Pick<SessionRow, 'id' | 'actual_power_w'>>`${located ? PREPARED_SQL : sql``}
     ${usageRecords.length > 0 ? sql`WITH also AS (${usageRecordsInsert(usageRecords)})` : sql``}
     UPDATE rental_sessions AS s SET
       billed_minutes = v.billed_minutes,

@@ -292,7 +292,7 @@ export interface HoldTopUp {
 /**
  * Extends a session's hold from the available balance until it holds `target` (as far as funds go). A session's hold
  * is captured once, when the session ends, so while the session runs it must hold at least what has been billed.
- * Callers hold the session's row lock; this locks the renter's accounts, then the hold.
+ * Callers hold the session's row lock; this locks the hold, then the renter's accounts.
  */
 export async function topUpHold(
   trx: Transaction<BillingDB>,
