@@ -164,7 +164,10 @@ describe('tracing on: NATS messages', () => {
       const carrier: Record<string, string> = {};
       propagation.inject(trace.setSpan(ROOT_CONTEXT, sender), carrier);
       sender.end();
-      startSpanOf(carrier, 'process traced', opts)?.end();
+      const opened = startSpanOf(carrier, 'process traced', opts);
+      // A line logged about the item outside its span names the span's trace and ID.
+      const fields = opened?.logFields();
+      opened?.end();
       startSpanOf(undefined, 'process untraced', opts)?.end(new Error('refused'));
       expect(startSpanOf(undefined, 'process unopened', { ...opts, untraced: 'none' })).toBeUndefined();
       const spans = exporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === 'batch consumer');
@@ -172,6 +175,7 @@ describe('tracing on: NATS messages', () => {
       const [traced, untraced] = spans;
       expect(traced?.parentSpanContext?.spanId).toBe(sender.spanContext().spanId);
       expect(traced?.spanContext().traceId).toBe(sender.spanContext().traceId);
+      expect(fields).toEqual({ trace_id: sender.spanContext().traceId, span_id: traced?.spanContext().spanId });
       expect(traced?.status.code).toBe(0 /* UNSET */);
       expect(untraced?.parentSpanContext).toBeUndefined();
       expect(untraced?.status).toMatchObject({ code: 2 /* ERROR */, message: 'refused' });

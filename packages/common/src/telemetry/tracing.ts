@@ -182,6 +182,11 @@ const SPAN_KINDS = { producer: SpanKind.PRODUCER, consumer: SpanKind.CONSUMER, i
 /** A span `startSpanOf` opened; its opener ends it with the work's outcome. */
 export interface OpenSpan {
   end(err?: unknown): void;
+  /**
+   * Its `trace_id` and `span_id`, for a log line written about its work outside it (the loggers' mixin names only the
+   * active span's, and a span `startSpanOf` opens is never made active).
+   */
+  logFields(): { trace_id: string; span_id: string };
 }
 
 /** The span `inSpanOf` and `startSpanOf` open, and its parent context; undefined where they open none. */
@@ -214,6 +219,10 @@ export function startSpanOf(
         span.setStatus({ code: SpanStatusCode.ERROR, ...(err instanceof Error ? { message: err.message } : {}) });
       }
       span.end();
+    },
+    logFields() {
+      const { traceId, spanId } = span.spanContext();
+      return { trace_id: traceId, span_id: spanId };
     },
   };
 }

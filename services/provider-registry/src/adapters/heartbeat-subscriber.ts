@@ -32,6 +32,7 @@ import {
   type Logger,
   messageTraceContext,
   type NatsPublisher,
+  type OpenSpan,
   type Principal,
   principalOf,
   serveRequests,
@@ -170,12 +171,17 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
     return principalOf(await verifyBearer(opts.verifier, msg.headers?.get('Authorization') || undefined));
   }
 
-  /** A refused heartbeat's answer (one result of POST /providers/heartbeats), counted by reason; failures logged. */
-  function refusal(msg: Msg, thrown: Error): { answer: object; failed: boolean } {
+  /**
+   * A refused heartbeat's answer (one result of POST /providers/heartbeats), counted by reason; failures logged, in the
+   * message's trace when it has a span.
+   */
+  function refusal(msg: Msg, thrown: Error, span: OpenSpan | undefined): { answer: object; failed: boolean } {
     const err = toAppError(thrown instanceof UnknownGpuIndex ? thrown.at('body.gpu_metrics') : thrown);
     const reason = reasonOf(err);
     rejected.inc({ reason });
-    if (reason === 'failed') opts.logger.error({ err: thrown, subject: msg.subject }, 'heartbeat failed');
+    if (reason === 'failed') {
+      opts.logger.error({ err: thrown, subject: msg.subject, ...span?.logFields() }, 'heartbeat failed');
+    }
     return { answer: heartbeatRefused(err), failed: reason === 'failed' };
   }
 
@@ -204,7 +210,7 @@ export function startHeartbeatSubscriber(opts: HeartbeatSubscriberOptions): Hear
       if (!message || finished[i]) return;
       finished[i] = 1;
       // A refusal is counted (a failure logged) whether or not its sender asked for an answer.
-      const refused = outcome instanceof Error ? refusal(message.msg, outcome) : undefined;
+      const refused = outcome instanceof Error ? refusal(message.msg, outcome, spans[i]) : undefined;
       spans[i]?.end(refused?.failed ? outcome : undefined);
       if (!answerTo(message.msg, message.read)) settle(i, undefined);
       else settle(i, refused ? refused.answer : heartbeatAnswered(outcome as StatusResult));
