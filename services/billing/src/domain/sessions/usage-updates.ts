@@ -179,7 +179,7 @@ async function applyInTransaction(
   const opened = await openUsageBatch(trx, [...new Set(updates.map((u) => u.sessionId))], updates);
   const sessions = new Map<string, LockedSession>();
   const applied = new Map<string, UsageRow>();
-  // The row stands as the session's (its three extra fields are read by nothing that takes a session row).
+  // The row stands as the session's billable columns (billing reads none of its extra `held`, `applied` and `at`).
   for (const row of opened) {
     sessions.set(row.id, { row, held: new Dec(row.held) });
     for (const r of row.applied) applied.set(recordKey(r.session_id, r.message_id), r);
