@@ -137,10 +137,13 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     CROSS JOIN LATERAL generate_series(0, (f.n - 1) / 4) AS b
     JOIN bench_models m ON m.k = (f.m + b) % ${MODELS.length}`);
   // The market: billing's card (the platform's shipped rates, as billing publishes them unless configured otherwise),
-  // then each provider's GPU groups priced by it (offer_price's formula: no provider here has rates of its own).
+  // then each provider's GPU groups priced by it (offer_price's formula: no provider here has rates of its own). The
+  // card is marked applied (`repriced_at`), as a registry marks it once every offer carries its prices: left unmarked,
+  // the service would walk the million offers repricing them from its start (a minute of PostgreSQL's CPU, during the
+  // measurements), as it does to finish the walk of a card an instance left unfinished.
   await client.query(
-    `INSERT INTO price_card (id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at)
-     VALUES (1, $1::jsonb, $2::numeric, $3::numeric, now())`,
+    `INSERT INTO price_card (id, base_rates, vram_rate_per_gb_hour, power_rate_per_watt_hour, occurred_at, repriced_at)
+     VALUES (1, $1::jsonb, $2::numeric, $3::numeric, now(), now())`,
     [JSON.stringify(DEFAULT_BASE_RATES), DEFAULT_VRAM_RATE_PER_GB_HOUR, DEFAULT_POWER_RATE_PER_WATT_HOUR],
   );
   await client.query(`

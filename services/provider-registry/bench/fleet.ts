@@ -110,21 +110,32 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
   });
   const [exitCode] = (await once(client, 'close')) as [number | null];
   if (exitCode !== 0 || !started || !discovery) throw new Error(`the fleet's load generator exited with ${exitCode}`);
-  // Published heartbeats get no answer: the service's count says when the last was written (it stops moving).
+  // Published heartbeats get no answer: the service's count says when the last was written (it stops moving). The CPU
+  // counted ends there too: at the snapshot taken before the read that first saw the final count (after it, the
+  // machine only waits for the count to stay put, and each read of /metrics costs the service and PostgreSQL a count
+  // of the fleet by status).
+  const snapshot = () => ({
+    others: cpuSnapshot(process.env.TEST_ENV_DIR),
+    service: processMs(job.servicePid),
+    at: Date.now(),
+  });
+  let end = snapshot();
   let written = await job.written();
   let lastWriteMs: number | undefined;
   const settleBy = Date.now() + 10_000;
   for (let quietSince = Date.now(); Date.now() - quietSince < 500 && Date.now() < settleBy; ) {
     await new Promise((r) => setTimeout(r, 100));
+    const before = snapshot();
     const now = await job.written();
     if (now !== written) {
       written = now;
+      end = before;
       lastWriteMs = quietSince = Date.now();
     }
   }
-  const others = cpuSince(started.others, cpuSnapshot(process.env.TEST_ENV_DIR));
-  const serviceNow = processMs(job.servicePid);
-  const wallMs = Date.now() - started.at;
+  const others = cpuSince(started.others, end.others);
+  const serviceNow = end.service;
+  const wallMs = end.at - started.at;
   const r = JSON.parse(out.slice(out.indexOf('start\n') + 6)) as Omit<
     FleetResult,
     'discovery' | 'cpu' | 'perSecond' | 'applied'
