@@ -60,10 +60,21 @@ export interface KeysetPosition {
 /** A position's time: RFC 3339 within the platform's range (a year-0 or free-form date would reach SQL as a 500). */
 const positionTime = zTimestamp();
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** Whether `value` is a UUID as PostgreSQL reads one, any case (36 dashes would reach SQL as a 500). */
-export const isUuid = (value: string): boolean => UUID.test(value);
+/**
+ * Whether `value` is a UUID as PostgreSQL reads one, any case (36 dashes would reach SQL as a 500): 8-4-4-4-12 hex
+ * digits. Checked character by character, not with a regular expression: every NATS heartbeat checks three (the
+ * provider and the owner and daemon client its subject names), and the expression cost about 230 ns each there.
+ */
+export function isUuid(value: string): boolean {
+  if (value.length !== 36) return false;
+  for (let i = 0; i < 36; i++) {
+    const c = value.charCodeAt(i);
+    if (i === 8 || i === 13 || i === 18 || i === 23) {
+      if (c !== 45) return false; // -
+    } else if (!((c >= 48 && c <= 57) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70))) return false; // 0-9 a-f A-F
+  }
+  return true;
+}
 
 /** The cursor text of a position. */
 export function positionCursor(p: KeysetPosition): string {

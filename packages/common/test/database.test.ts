@@ -31,6 +31,30 @@ describe('openDatabase', () => {
     }
   });
 
+  it('reads timestamptz as Dates: each row its own, the same text its own equal Date', async () => {
+    const database = await openDatabase<unknown>({ url: testDb.url, poolSize: 1 });
+    try {
+      const { rows } = await sql<{ at: Date; other: Date | null }>`
+        SELECT at, CASE WHEN i = 2 THEN NULL ELSE at + interval '1 day' END AS other
+        FROM (VALUES (1, '2026-11-28 10:00:00.123456+00'::timestamptz), (2, '2026-11-28 10:00:00.123456+00'),
+                     (3, '1999-01-01 00:00:00+05'), (4, 'infinity')) v(i, at) ORDER BY i`.execute(database.db);
+      expect(rows.map((r) => String(r.at instanceof Date ? r.at.getTime() : r.at))).toEqual([
+        String(Date.parse('2026-11-28T10:00:00.123Z')),
+        String(Date.parse('2026-11-28T10:00:00.123Z')),
+        String(Date.parse('1998-12-31T19:00:00Z')),
+        'Infinity',
+      ]);
+      expect(rows[1]?.other).toBeNull();
+      expect(rows[0]?.other).toEqual(new Date('2026-11-29T10:00:00.123Z'));
+      // Two rows of the same text: equal Dates, not one shared object a caller could change under the other.
+      expect(rows[0]?.at).not.toBe(rows[1]?.at);
+      rows[0]?.at.setTime(0);
+      expect(rows[1]?.at).toEqual(new Date('2026-11-28T10:00:00.123Z'));
+    } finally {
+      await database.close();
+    }
+  });
+
   it('answers queries, row counts, SQLSTATE errors and transactions through the pool', async () => {
     const database = await openDatabase<{ t: { id: number; amount: string } }>({ url: testDb.url, poolSize: 2 });
     const { db } = database;

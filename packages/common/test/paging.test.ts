@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { afterCursor, cursorPosition, encodeCursor, positionCursor } from '../src/paging.ts';
+import { afterCursor, cursorPosition, encodeCursor, isUuid, positionCursor } from '../src/paging.ts';
 
 const id = '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9f';
 
@@ -20,5 +20,23 @@ describe('keyset positions in cursors', () => {
     const text = encodeCursor(values);
     expect(cursorPosition(text)).toBeUndefined();
     expect(() => afterCursor(text)).toThrow(expect.objectContaining({ code: 'INVALID_CURSOR' }));
+  });
+});
+
+describe('isUuid', () => {
+  it.each([
+    ['lower case', id, true],
+    ['upper case (PostgreSQL reads either)', id.toUpperCase(), true],
+    ['the nil UUID', '00000000-0000-0000-0000-000000000000', true],
+    ['36 dashes', '-'.repeat(36), false],
+    ['a dash out of place', '0b8e7c1e4-f6a-4c4e-9d8b-2f1a3c5d7e9f', false],
+    ['a letter past f', '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9g', false],
+    ['a character just past 9, F or f', '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9:', false],
+    ['one digit short', id.slice(1), false],
+    ['one digit more', `${id}0`, false],
+    ['braces', `{${id.slice(1, -1)}}`, false],
+    ['empty', '', false],
+  ])('%s: %s', (_, value, expected) => {
+    expect(isUuid(value)).toBe(expected);
   });
 });

@@ -292,8 +292,20 @@ export function statusResultJson(message: string, r: StatusResult): z.input<type
     id: r.id,
     previous_status: r.previousStatus,
     status: r.status,
-    last_seen_at: r.lastSeenAt.toISOString(),
+    last_seen_at: isoString(r.lastSeenAt),
   };
+}
+
+let lastIso: { ms: number; text: string } | undefined;
+
+/**
+ * `at` in ISO 8601, remembering the last: a batch of heartbeats shares its statement's clock, and each of its answers
+ * would otherwise format the same instant again.
+ */
+function isoString(at: Date): string {
+  const ms = at.getTime();
+  if (lastIso?.ms !== ms) lastIso = { ms, text: at.toISOString() };
+  return lastIso.text;
 }
 
 /**
