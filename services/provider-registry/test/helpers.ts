@@ -67,6 +67,8 @@ export interface HarnessOptions {
   heartbeatsPerClient?: number;
   /** The heartbeats' subject prefix instead of one of the harness's own (auth's NATS users must name it too). */
   heartbeatSubject?: string;
+  /** Where the app logs, at `info` (default: nowhere, or errors to stdout with DEBUG_LOG set). */
+  logDestination?: Parameters<typeof createLogger>[0]['destination'];
 }
 
 /** A registry app on a fresh, migrated database, publishing to a subject of its own. */
@@ -97,7 +99,8 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
   const logger = createLogger({
     service: 'provider-registry',
     instanceId: 'test',
-    level: process.env.DEBUG_LOG ? 'error' : 'silent',
+    level: opts.logDestination ? 'info' : process.env.DEBUG_LOG ? 'error' : 'silent',
+    ...(opts.logDestination ? { destination: opts.logDestination } : {}),
   });
   const database = await migratedDatabase(testDb.url);
   const publisher: EventPublisher = await connectPublisher({
