@@ -63,6 +63,7 @@ export {
   zInt,
   zList,
 } from './config-schema.ts';
+export { arrayLiteral } from './db/array-literal.ts';
 export { chainAuditTable, unchainAuditTable } from './db/audit-chain.ts';
 export { type AuditRound, auditRound } from './db/audit-purge.ts';
 export { createAuditTable, dropAuditTable } from './db/audit-table.ts';

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase, PREPARED, PREPARED_SQL } from '../src/index.ts';
+import { arrayLiteral, openDatabase, PREPARED, PREPARED_SQL } from '../src/index.ts';
 import { createTestDatabase, type TestDatabase } from '../src/testing/index.ts';
 
 let testDb: TestDatabase;
@@ -114,6 +114,41 @@ describe('openDatabase', () => {
         expect(stored(rows)).toContain(`${PREPARED}SELECT 62::int AS n`);
         expect(stored(rows)).not.toContain(`${PREPARED}SELECT 63::int AS n`);
       });
+    } finally {
+      await database.close();
+    }
+  });
+});
+
+describe('arrayLiteral', () => {
+  it('reads back in PostgreSQL as the values it was given, quotes, escapes, NULLs and all', async () => {
+    const database = await openDatabase<unknown>({ url: testDb.url, poolSize: 1 });
+    try {
+      const texts = [
+        '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9f',
+        null,
+        '',
+        'NULL',
+        'null',
+        'a,b',
+        '{braces}',
+        'say "hi"',
+        'back\\slash',
+        ' spaced ',
+        'tab\there',
+        'ünïcödé',
+        undefined,
+      ];
+      const numbers = [0, -1, 2.5, null, 65535];
+      const flags = [true, false, null];
+      const { rows } = await sql<{ t: (string | null)[]; n: (number | null)[]; f: (boolean | null)[] }>`
+        SELECT ${arrayLiteral(texts)}::text[] AS t, ${arrayLiteral(numbers)}::float8[] AS n,
+               ${arrayLiteral(flags)}::boolean[] AS f`.execute(database.db);
+      expect(rows[0]?.t).toEqual(texts.map((v) => v ?? null));
+      expect(rows[0]?.n).toEqual(numbers);
+      expect(rows[0]?.f).toEqual(flags);
+      expect(arrayLiteral([])).toBe('{}');
+      expect(() => arrayLiteral([Number.NaN])).toThrow(RangeError);
     } finally {
       await database.close();
     }

@@ -15,7 +15,7 @@
  * then sees the status as committed (READ COMMITTED re-checks the row) and,
  * when it now revives the provider, takes the provider-first path.
  */
-import { forEachLimited, PREPARED_SQL } from '@gpu/common';
+import { arrayLiteral, forEachLimited, PREPARED_SQL } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import type { WriteScope } from '../domain/access.ts';
 import { GPU_METRIC_FIELDS, type GpuField, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
@@ -188,7 +188,7 @@ export type Beat = { id: string; owner: string | null; daemon: string | null; me
  * already (`beatsCte`); without it each set unnests their arrays again.
  */
 function beatsMayWrite(beats: Beat[], row: 'cur' | 'l', relation?: RawBuilder<unknown>): RawBuilder<boolean> {
-  const ids = beats.map((b) => b.id);
+  const ids = arrayLiteral(beats.map((b) => b.id));
   const id = sql.ref(row === 'l' ? 'l.provider_id' : 'cur.id');
   const owner = sql.ref(`${row}.owner_id`);
   const bound = sql.ref(`${row}.daemon_client_id`);
@@ -203,7 +203,8 @@ function beatsMayWrite(beats: Beat[], row: 'cur' | 'l', relation?: RawBuilder<un
 
 /** The beats as a relation `b(id, owner, daemon)`. */
 const beatsRelation = (beats: Beat[]) =>
-  sql`unnest(${beats.map((b) => b.id)}::uuid[], ${beats.map((b) => b.owner)}::text[], ${beats.map((b) => b.daemon)}::text[]) AS b(id, owner, daemon)`;
+  sql`unnest(${arrayLiteral(beats.map((b) => b.id))}::uuid[], ${arrayLiteral(beats.map((b) => b.owner))}::text[],
+    ${arrayLiteral(beats.map((b) => b.daemon))}::text[]) AS b(id, owner, daemon)`;
 
 /**
  * The common table expression `b` of the beats, for a statement that names them several times (`beatsMayWrite` with
@@ -237,11 +238,12 @@ function metricRows(beats: Beat[]): RawBuilder<unknown> {
     (b.metrics ?? []).map((m) => ({ id: b.id, owner: b.owner, daemon: b.daemon, m })),
   );
   const columns = GPU_METRIC_FIELDS.map(
-    (f) => sql`${reported.map(({ m }) => m[f.name] ?? null)}::${COLUMN_TYPE[f.type]}[]`,
+    (f) => sql`${arrayLiteral(reported.map(({ m }) => m[f.name] ?? null))}::${COLUMN_TYPE[f.type]}[]`,
   );
   const names = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
-  return sql`unnest(${reported.map((r) => r.id)}::uuid[], ${reported.map((r) => r.owner)}::text[],
-      ${reported.map((r) => r.daemon)}::text[], ${reported.map((r) => r.m.index)}::int[], ${sql.join(columns)})
+  return sql`unnest(${arrayLiteral(reported.map((r) => r.id))}::uuid[], ${arrayLiteral(reported.map((r) => r.owner))}::text[],
+      ${arrayLiteral(reported.map((r) => r.daemon))}::text[], ${arrayLiteral(reported.map((r) => r.m.index))}::int[],
+      ${sql.join(columns)})
       AS m(provider_id, owner, daemon, idx, ${names})`;
 }
 
