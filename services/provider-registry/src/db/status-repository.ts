@@ -402,8 +402,9 @@ export async function recordHeartbeats(
     if (withMetrics.has(b.id)) later.add(b);
     else withMetrics.add(b.id);
   }
-  const grouped = beats.filter((b) => !later.has(b));
-  const moved = new Map((await step(() => moveClocks(db, grouped))).map((r) => [r.id, r]));
+  const grouped = later.size === 0 ? beats : beats.filter((b) => !later.has(b));
+  const moved = new Map<string, StatusWrite>();
+  for (const r of await step(() => moveClocks(db, grouped))) moved.set(r.id, r);
   const bare = beats.filter((b) => !moved.has(b.id) && !b.metrics?.length);
   const revived = new Map<string, StatusWrite>();
   if (bare.length > 0) {
@@ -413,7 +414,10 @@ export async function recordHeartbeats(
   const results: (StatusWrite | Error | undefined)[] = beats.map((b) =>
     b.metrics?.length ? (later.has(b) ? undefined : moved.get(b.id)) : (moved.get(b.id) ?? revived.get(b.id)),
   );
-  const locked = beats.map((b, i) => [b, i] as const).filter(([b, i]) => b.metrics?.length && !results[i]);
+  const locked: (readonly [Beat, number])[] = [];
+  beats.forEach((b, i) => {
+    if (b.metrics?.length && !results[i]) locked.push([b, i]);
+  });
   if (locked.length > 0) await recordLocked(db, locked, results, recording, step);
   return results;
 }

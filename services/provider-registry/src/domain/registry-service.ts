@@ -67,7 +67,8 @@ const result = (w: StatusWrite): StatusResult => ({
   id: w.id,
   previousStatus: w.previous_status,
   status: w.status,
-  lastSeenAt: new Date(w.last_seen_at),
+  // The row's own Date (a driver that hands text gets one made).
+  lastSeenAt: w.last_seen_at instanceof Date ? w.last_seen_at : new Date(w.last_seen_at),
 });
 
 /** A heartbeat as a caller hands it in: who sends it, for which machine, with which metrics. */
