@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { machineLine, writeBenchSection } from '@gpu/bench-kit';
-import { gpuModelKey } from '@gpu/common';
+import { arrayLiteral, gpuModelKey } from '@gpu/common';
 import { freePort, startTestIssuer } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
@@ -377,8 +377,8 @@ async function main() {
       recordHeartbeats(db, [{ id: first.id, owner: first.owner_id, daemon: null }], recording),
     );
     if (!beat) throw new Error('no heartbeat statement captured');
-    // The statement names the provider and its owner in arrays (a batch of one).
-    const isOne = (p: unknown, v: string) => Array.isArray(p) && p.length === 1 && p[0] === v;
+    // The statement names the provider and its owner in arrays (a batch of one), sent as array literals (`{<ID>}`).
+    const isOne = (p: unknown, v: string) => p === arrayLiteral([v]);
     const idIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.id) ? [i] : []));
     const ownerIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.owner_id) ? [i] : []));
     if (idIndexes.length === 0 || ownerIndexes.length === 0) {
@@ -428,8 +428,8 @@ async function main() {
       async (i) => {
         const p = pick(i);
         const params = [...beat.parameters];
-        for (const i of idIndexes) params[i] = [p.id];
-        for (const i of ownerIndexes) params[i] = [p.owner_id];
+        for (const i of idIndexes) params[i] = arrayLiteral([p.id]);
+        for (const i of ownerIndexes) params[i] = arrayLiteral([p.owner_id]);
         sent += 1;
         const r = await pool.query(beat.sql, params);
         return r.rowCount === 1;
