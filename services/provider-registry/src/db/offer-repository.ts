@@ -3,6 +3,7 @@
  * reliability): writing a machine's offers with its GPUs, billing's prices and the repricing they cause, the
  * periodic reliability refresh, and the search.
  */
+import { arrayLiteral } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import type { GpuInput } from '../domain/gpu-fields.ts';
 import type { OfferCursor, OfferFilter, OfferGroup, OfferSortKey } from '../domain/offers.ts';
@@ -99,7 +100,7 @@ export async function writeOffers(
   if (groups.length === 0) return;
   const parts = (v: string | null) => {
     const p = versionParts(v);
-    return p ? `{${p.join(',')}}` : null;
+    return p ? arrayLiteral(p) : null;
   };
   await tx
     .insertInto('offers')
@@ -322,13 +323,11 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   if (f.architecture !== undefined) where.push(sql<boolean>`lower(o.architecture) = lower(${f.architecture})`);
   if (f.min_reliability !== undefined) where.push(sql<boolean>`o.reliability >= ${f.min_reliability}::float8`);
   if (f.min_driver_version !== undefined) {
-    where.push(
-      sql<boolean>`o.driver_version_parts >= ${`{${versionParts(f.min_driver_version)!.join(',')}}`}::integer[]`,
-    );
+    where.push(sql<boolean>`o.driver_version_parts >= ${arrayLiteral(versionParts(f.min_driver_version)!)}::integer[]`);
   }
   if (f.min_compute_capability !== undefined) {
     where.push(
-      sql<boolean>`o.compute_capability_parts >= ${`{${versionParts(f.min_compute_capability)!.join(',')}}`}::integer[]`,
+      sql<boolean>`o.compute_capability_parts >= ${arrayLiteral(versionParts(f.min_compute_capability)!)}::integer[]`,
     );
   }
   if (f.region !== undefined) where.push(sql<boolean>`lower(o.region) = lower(${f.region})`);
