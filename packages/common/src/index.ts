@@ -39,7 +39,7 @@ export {
   type VerifiedEmailAction,
 } from './auth/verified-email.ts';
 export { coalesceWrites } from './coalesce-writes.ts';
-export { CountsByKey, forEachLimited } from './concurrency.ts';
+export { CountsByKey, forEachLimited, type Tally } from './concurrency.ts';
 export { ConfigError, configWarnings, type LoadConfigOptions, loadConfig } from './config.ts';
 export {
   accessSchema,

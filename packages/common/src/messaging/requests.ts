@@ -15,7 +15,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
-import { CountsByKey } from '../concurrency.ts';
+import { CountsByKey, type Tally } from '../concurrency.ts';
 
 /** A message taken, with what `read` read of it. */
 export interface TakenMessage<T> {
@@ -135,16 +135,17 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
     }
     const read = opts.read ? opts.read(msg) : (undefined as T);
     const sender = opts.limit?.perSender?.of(read);
-    const senderHas = sender === undefined ? 0 : bySender.of(sender);
-    if (opts.limit && (inHand >= opts.limit.max || senderHas >= (opts.limit.perSender?.max ?? Infinity))) {
+    // The sender's tally, looked up once: the message gives it back when done.
+    const tally = sender === undefined ? undefined : bySender.tally(sender);
+    if (opts.limit && (inHand >= opts.limit.max || (tally?.n ?? 0) >= (opts.limit.perSender?.max ?? Infinity))) {
       const answer = opts.limit.busy(msg, read);
       if (answer !== undefined) queueAnswer(msg, answer);
       return;
     }
     inHand++;
-    if (sender !== undefined) bySender.add(sender);
+    const held = tally && bySender.add(tally);
     if (opts.handleBatch) {
-      if (taken.push({ msg, read }) === 1) setImmediate(handleTaken);
+      if (taken.push({ msg, read, held }) === 1) setImmediate(handleTaken);
       return;
     }
     void opts
@@ -154,20 +155,19 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
         // A handler's bug: logged, not answered (the sender's request times out and it sends again).
         (err: unknown) => opts.logger.error({ err, subject: msg.subject }, `handling a ${opts.what} failed`),
       )
-      .finally(() => done(read));
+      .finally(() => done(held));
   };
   /** Queues one answer; the queue leaves on the next turn. */
   const queueAnswer = (msg: Msg, answer: object) => {
     if (answers.push([msg, JSON.stringify(answer)]) === 1) setImmediate(sendAnswers);
   };
-  /** One message handled: out of the counts. */
-  const done = (read: T) => {
-    const sender = opts.limit?.perSender?.of(read);
-    if (sender !== undefined) bySender.remove(sender);
+  /** One message handled: out of the counts (`held`: its sender's tally). */
+  const done = (held: Tally | undefined) => {
+    if (held) bySender.remove(held);
     if (--inHand === 0) drained?.();
   };
-  /** The messages taken this turn, for `handleBatch`. */
-  let taken: TakenMessage<T>[] = [];
+  /** The messages taken this turn, for `handleBatch`, each with its sender's tally. */
+  let taken: (TakenMessage<T> & { held: Tally | undefined })[] = [];
   const handleTaken = () => {
     const batch = taken;
     taken = [];
@@ -181,7 +181,7 @@ export function serveRequests<T = undefined>(opts: RequestServerOptions<T>): Req
       } catch (err) {
         opts.logger.error({ err, subject: message.msg.subject }, `answering a ${opts.what} failed`);
       }
-      done(message.read);
+      done(message.held);
     };
     void Promise.resolve()
       .then(() => opts.handleBatch!(batch, settle))

@@ -232,10 +232,10 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
     const sender = subjectPrincipal(named);
     const correlationId = msg.headers?.get('X-Correlation-ID') || undefined;
     const n = body.reports.length;
-    const clientHas = clientReports.of(named.client);
-    if (reportsInHand + n > limits.reports || clientHas + n > limits.perClientReports) return busy();
+    const client = clientReports.tally(named.client);
+    if (reportsInHand + n > limits.reports || client.n + n > limits.perClientReports) return busy();
     reportsInHand += n;
-    clientReports.add(named.client, n);
+    const held = clientReports.add(client, n);
     let settled: PromiseSettledResult<Awaited<ReturnType<typeof applyUsageReport>>>[];
     try {
       settled = await Promise.allSettled(
@@ -243,7 +243,7 @@ function serveUsageRequests(opts: Handling, prefix: string): RequestServer {
       );
     } finally {
       reportsInHand -= n;
-      clientReports.remove(named.client, n);
+      clientReports.remove(held, n);
     }
     const results = settled.map((s, i): ReportResult => {
       if (s.status === 'fulfilled') return { status: s.value.duplicate ? 200 : 201 };
