@@ -69,7 +69,39 @@ case "$name" in
 esac
 export TEST_ENV_DIR="${TEST_ENV_DIR:-$PWD/.test-env/bench}"
 source scripts/test-env.sh
-trap test_env_down EXIT
+# PostgreSQL's shared buffers on 2 MB huge pages, as its documentation advises for gigabytes of them (and the
+# registry's README for a million machines): a million machines' random reads otherwise miss the TLB at nearly every
+# buffer (the registry's heartbeat: PostgreSQL's CPU a tenth lower). PostgreSQL takes them by itself (`huge_pages`
+# is `try` by default) when the kernel has them reserved, which needs root: the pages the buffers need are reserved
+# here for the run and given back after it; where they cannot be, PostgreSQL runs on regular pages, and the report's
+# machine line says which (bench-kit's machineLine).
+reserved_huge_pages=""
+reserve_huge_pages() {
+  local size="${TEST_PG_SHARED_BUFFERS%% *}" mb
+  case "$size" in
+    *GB) mb=$(( ${size%GB} * 1024 )) ;;
+    *MB) mb=${size%MB} ;;
+    *) return 0 ;;
+  esac
+  # The buffers, and a tenth more and 64 MB for the rest of PostgreSQL's shared memory (locks, connections).
+  local want=$(( (mb + mb / 10 + 64) / 2 )) have
+  have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null) || return 0
+  [ "$have" -ge "$want" ] && return 0
+  if echo "$want" 2>/dev/null >/proc/sys/vm/nr_hugepages; then
+    reserved_huge_pages="$have"
+    echo "[bench] reserved $(cat /proc/sys/vm/nr_hugepages) huge pages of 2 MB for PostgreSQL (was $have)" >&2
+  else
+    echo "[bench] could not reserve huge pages (not root?): PostgreSQL runs on regular pages" >&2
+  fi
+}
+bench_down() {
+  test_env_down
+  if [ -n "$reserved_huge_pages" ]; then echo "$reserved_huge_pages" >/proc/sys/vm/nr_hugepages 2>/dev/null || true; fi
+}
+case "$name" in
+  registry | billing | billing-usage) reserve_huge_pages ;;
+esac
+trap bench_down EXIT
 test_env_up
 # BENCH_NODE runs the benchmark (and the processes it starts with its own Node) on another Node binary, e.g. the
 # machine's /usr/bin/node beside the project's pinned one, for a side-by-side comparison.

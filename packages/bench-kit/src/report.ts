@@ -48,7 +48,25 @@ export function machineLine(cwd = process.cwd()): string {
       .toString()
       .trim();
   } catch {}
-  return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit} · CPU gauge ${gaugeAtStart} → ${cpuGauge()} ms`;
+  return `${new Date().toISOString()} · ${os.cpus().length} × ${cpu} · ${Math.round(os.totalmem() / 1024 ** 3)} GiB · Node ${process.version} · commit ${commit} · CPU gauge ${gaugeAtStart} → ${cpuGauge()} ms${hugePages()}`;
+}
+
+/**
+ * The machine's huge pages in use (PostgreSQL's shared buffers, where `pnpm bench` could reserve them), as a suffix of
+ * the machine line; empty where none are reserved.
+ */
+function hugePages(): string {
+  let info = '';
+  try {
+    info = readFileSync('/proc/meminfo', 'utf8');
+  } catch {
+    return '';
+  }
+  const read = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+  const total = read('HugePages_Total');
+  if (total === 0) return '';
+  const taken = total - read('HugePages_Free') + read('HugePages_Rsvd');
+  return ` · ${taken} of ${total} huge pages (${read('Hugepagesize') / 1024} MB) taken`;
 }
 
 /**

@@ -81,6 +81,7 @@ export {
   setAuditRetention,
 } from './db/audit-trail.ts';
 export { type AuditChainCheck, verifyAuditChain } from './db/audit-verify.ts';
+export { textArray, uuidArray } from './db/binary-array.ts';
 export { callbackPool, PREPARED, PREPARED_SQL } from './db/callback-pool.ts';
 export {
   type Database,

@@ -1,6 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { arrayLiteral, openDatabase, PREPARED, PREPARED_SQL } from '../src/index.ts';
+import { arrayLiteral, openDatabase, PREPARED, PREPARED_SQL, textArray, uuidArray } from '../src/index.ts';
 import { createTestDatabase, type TestDatabase } from '../src/testing/index.ts';
 
 let testDb: TestDatabase;
@@ -151,6 +152,57 @@ describe('arrayLiteral', () => {
       expect(() => arrayLiteral([Number.NaN])).toThrow(RangeError);
     } finally {
       await database.close();
+    }
+  });
+});
+
+describe('uuidArray and textArray', () => {
+  it('read back in PostgreSQL, sent as binary parameters, as the values they were given', async () => {
+    const database = await openDatabase<unknown>({ url: testDb.url, poolSize: 1 });
+    try {
+      const ids = ['0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9f', 'FFFFFFFF-0000-4ABC-8DEF-0123456789AB', randomUUID()];
+      const texts = [
+        '0b8e7c1e',
+        null,
+        '',
+        'NULL',
+        'a,b',
+        '{braces}',
+        'say "hi"',
+        'back\\slash',
+        'ünïcödé 🚀',
+        undefined,
+      ];
+      const { rows } = await sql<{ u: string[]; t: (string | null)[]; eu: string[]; et: string[]; n: number }>`
+        SELECT ${uuidArray(ids)}::uuid[] AS u, ${textArray(texts)}::text[] AS t, ${uuidArray([])}::uuid[] AS eu,
+               ${textArray([])}::text[] AS et, cardinality(${uuidArray(ids)}::uuid[]) AS n`.execute(database.db);
+      expect(rows[0]?.u).toEqual(ids.map((id) => id.toLowerCase()));
+      expect(rows[0]?.t).toEqual(texts.map((v) => v ?? null));
+      expect([rows[0]?.eu, rows[0]?.et, rows[0]?.n]).toEqual([[], [], 3]);
+      // As an unnest's columns and an index probe's array, the way the registry's heartbeat statements use them.
+      const joined = await sql<{ id: string; owner: string | null }>`
+        SELECT u.id::text, u.owner FROM unnest(${uuidArray(ids.slice(0, 2))}::uuid[], ${textArray(['a', null])}::text[])
+          AS u(id, owner) WHERE u.id = ANY(${uuidArray(ids)}::uuid[]) ORDER BY u.owner NULLS LAST`.execute(database.db);
+      expect(joined.rows).toEqual([
+        { id: ids[0], owner: 'a' },
+        { id: ids[1]?.toLowerCase(), owner: null },
+      ]);
+    } finally {
+      await database.close();
+    }
+  });
+
+  it('refuses anything but a UUID in a uuid array, so that no other bytes reach the database', () => {
+    for (const bad of [
+      '',
+      'not-a-uuid',
+      '0b8e7c1e4f6a4c4e9d8b2f1a3c5d7e9f',
+      '0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9g',
+      '{0b8e7c1e-4f6a-4c4e-9d8b-2f1a3c5d7e9}',
+      '0b8e7c1e-4f6a-4c4e-9d8b_2f1a3c5d7e9f',
+      'ü'.repeat(36),
+    ]) {
+      expect(() => uuidArray([randomUUID(), bad]), bad).toThrow(RangeError);
     }
   });
 });

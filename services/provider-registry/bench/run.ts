@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { machineLine, writeBenchSection } from '@gpu/bench-kit';
-import { arrayLiteral, gpuModelKey } from '@gpu/common';
+import { gpuModelKey, textArray, uuidArray } from '@gpu/common';
 import { freePort, startTestIssuer } from '@gpu/common/testing';
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
@@ -377,10 +377,10 @@ async function main() {
       recordHeartbeats(db, [{ id: first.id, owner: first.owner_id, daemon: null }], recording),
     );
     if (!beat) throw new Error('no heartbeat statement captured');
-    // The statement names the provider and its owner in arrays (a batch of one), sent as array literals (`{<ID>}`).
-    const isOne = (p: unknown, v: string) => p === arrayLiteral([v]);
-    const idIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.id) ? [i] : []));
-    const ownerIndexes = beat.parameters.flatMap((p, i) => (isOne(p, first.owner_id) ? [i] : []));
+    // The statement names the provider and its owner in arrays (a batch of one), sent as binary parameters.
+    const isOne = (p: unknown, one: Buffer) => Buffer.isBuffer(p) && p.equals(one);
+    const idIndexes = beat.parameters.flatMap((p, i) => (isOne(p, uuidArray([first.id])) ? [i] : []));
+    const ownerIndexes = beat.parameters.flatMap((p, i) => (isOne(p, textArray([first.owner_id])) ? [i] : []));
     if (idIndexes.length === 0 || ownerIndexes.length === 0) {
       throw new Error('heartbeat statement: provider or owner parameter not found');
     }
@@ -428,8 +428,8 @@ async function main() {
       async (i) => {
         const p = pick(i);
         const params = [...beat.parameters];
-        for (const i of idIndexes) params[i] = arrayLiteral([p.id]);
-        for (const i of ownerIndexes) params[i] = arrayLiteral([p.owner_id]);
+        for (const i of idIndexes) params[i] = uuidArray([p.id]);
+        for (const i of ownerIndexes) params[i] = textArray([p.owner_id]);
         sent += 1;
         const r = await pool.query(beat.sql, params);
         return r.rowCount === 1;

@@ -15,7 +15,7 @@
  * then sees the status as committed (READ COMMITTED re-checks the row) and,
  * when it now revives the provider, takes the provider-first path.
  */
-import { arrayLiteral, forEachLimited, PREPARED_SQL } from '@gpu/common';
+import { arrayLiteral, forEachLimited, PREPARED_SQL, textArray, uuidArray } from '@gpu/common';
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import type { WriteScope } from '../domain/access.ts';
 import { GPU_METRIC_FIELDS, type GpuField, type GpuFieldType, type GpuMetrics } from '../domain/gpu-fields.ts';
@@ -193,9 +193,7 @@ function beatsMayWrite(beats: Beat[], row: 'cur' | 'l', relation?: RawBuilder<un
   const bound = sql.ref(`${row}.daemon_client_id`);
   const beat = relation ?? beatsRelation(beats);
   // The IDs the index is probed with: the statement's beats when it has them, else an array of their own.
-  const ids = relation
-    ? sql`ARRAY(SELECT b.id FROM ${relation})`
-    : sql`${arrayLiteral(beats.map((b) => b.id))}::uuid[]`;
+  const ids = relation ? sql`ARRAY(SELECT b.id FROM ${relation})` : sql`${uuidArray(beats.map((b) => b.id))}::uuid[]`;
   return sql<boolean>`${id} = ANY(${ids}) AND (
         ${id} IN (SELECT b.id FROM ${beat} WHERE b.owner IS NULL)
         OR (${id}, ${owner}) IN (SELECT b.id, b.owner FROM ${beat} WHERE b.owner IS NOT NULL AND b.daemon IS NULL)
@@ -206,8 +204,8 @@ function beatsMayWrite(beats: Beat[], row: 'cur' | 'l', relation?: RawBuilder<un
 
 /** The beats as a relation `b(id, owner, daemon)`. */
 const beatsRelation = (beats: Beat[]) =>
-  sql`unnest(${arrayLiteral(beats.map((b) => b.id))}::uuid[], ${arrayLiteral(beats.map((b) => b.owner))}::text[],
-    ${arrayLiteral(beats.map((b) => b.daemon))}::text[]) AS b(id, owner, daemon)`;
+  sql`unnest(${uuidArray(beats.map((b) => b.id))}::uuid[], ${textArray(beats.map((b) => b.owner))}::text[],
+    ${textArray(beats.map((b) => b.daemon))}::text[]) AS b(id, owner, daemon)`;
 
 /**
  * The common table expression `b` of the beats, for a statement that names them several times (`beatsMayWrite` with
@@ -244,8 +242,8 @@ function metricRows(beats: Beat[]): RawBuilder<unknown> {
     (f) => sql`${arrayLiteral(reported.map(({ m }) => m[f.name] ?? null))}::${COLUMN_TYPE[f.type]}[]`,
   );
   const names = sql.join(GPU_METRIC_FIELDS.map((f) => sql.ref(f.name)));
-  return sql`unnest(${arrayLiteral(reported.map((r) => r.id))}::uuid[], ${arrayLiteral(reported.map((r) => r.owner))}::text[],
-      ${arrayLiteral(reported.map((r) => r.daemon))}::text[], ${arrayLiteral(reported.map((r) => r.m.index))}::int[],
+  return sql`unnest(${uuidArray(reported.map((r) => r.id))}::uuid[], ${textArray(reported.map((r) => r.owner))}::text[],
+      ${textArray(reported.map((r) => r.daemon))}::text[], ${arrayLiteral(reported.map((r) => r.m.index))}::int[],
       ${sql.join(columns)})
       AS m(provider_id, owner, daemon, idx, ${names})`;
 }
