@@ -44,10 +44,14 @@ export class CountsByKey {
     return this.tallies.get(key)?.n ?? 0;
   }
 
-  /** The tally of `key` (at 0 when it has none): `add` and `remove` take it in the key's place, with no lookup. */
+  /**
+   * The tally of `key` (at 0 when it has none): `add` and `remove` take it in the key's place, with no lookup. A key
+   * looked up and never added to (a sender refused) is at zero too, and forgotten with the others.
+   */
   tally(key: string): Tally {
     let tally = this.tallies.get(key);
     if (!tally) {
+      if (this.atZero >= Math.max(FORGET_AFTER, this.tallies.size - this.atZero)) this.forget();
       tally = new Tally(key);
       this.tallies.set(key, tally);
       this.atZero++;

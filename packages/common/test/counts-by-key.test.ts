@@ -43,6 +43,16 @@ describe('CountsByKey', () => {
     expect(remembered(counts)).toBeLessThanOrEqual(1 + 1_024);
   });
 
+  it('holds no more than that of keys only looked up (senders refused before they had any in hand)', () => {
+    const counts = new CountsByKey();
+    const held = counts.add('kept', 2);
+    for (let i = 0; i < 10_000; i++) expect(counts.tally(`refused-${i}`).n).toBe(0);
+    expect(remembered(counts)).toBeLessThanOrEqual(1 + 1_024 + 1);
+    expect([counts.size, counts.of('kept')]).toEqual([1, 2]);
+    counts.remove(held, 2);
+    expect(counts.size).toBe(0);
+  });
+
   it('counts a key again after its tally at zero was forgotten', () => {
     const counts = new CountsByKey();
     const stale = counts.add('a');
