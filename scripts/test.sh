@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (`pnpm test`): lint (code and the OpenAPI documents), type-check, look for import cycles
 # and dead exports, start the real servers, run every test with every answer checked against its service's OpenAPI
-# document, stop the servers.
+# document (then, on a whole run, the registry benchmark once at a small fleet), stop the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for arg in "$@"; do
@@ -13,7 +13,8 @@ usage: pnpm test [vitest arguments: files, folders, -t NAME ...]
 
 Lints (code and the OpenAPI documents), type-checks, looks for import cycles and dead exports, starts the real test
 servers (PostgreSQL, NATS, S3, a Consul stand-in, the Solana localnet; installed with apt when missing, as root), runs
-the tests with every answer checked against its service's OpenAPI document, and stops the servers.
+the tests with every answer checked against its service's OpenAPI document (a whole run, with no arguments, then runs
+the registry benchmark once at 20,000 providers, to see that it runs to its end), and stops the servers.
   SKIP_CHECKS=1      skip lint, type-check, cycles and dead code (a quick, focused run)
   TEST_PORT_BASE=N   the test servers at N+0..9 and the platforms the tests start above them (two runs side by side)
   TEST_ENV_DIR=DIR   where the test servers keep their data (default .test-env)
@@ -40,6 +41,19 @@ test_env_up
 export OPENAPI_CHECK_FILE="$TEST_ENV_DIR/openapi-mismatches.jsonl"
 : >"$OPENAPI_CHECK_FILE"
 pnpm exec vitest run "$@"
+# The whole run also runs the registry's benchmark once at a small fleet (its numbers printed, not kept): a change to
+# the statements it captures and replays (the heartbeat's parameters) broke it once, and only the next measurement
+# found out. It checks that the benchmark runs to its end, not what it measures.
+if [ $# -eq 0 ]; then
+  echo "[test] the registry benchmark at 20,000 providers (a smoke run; BENCH_ONLY)" >&2
+  smoke="$TEST_ENV_DIR/bench-registry-smoke"
+  if ! BENCH_ONLY=1 BENCH_PROVIDERS=20000 BENCH_SECONDS=1 BENCH_FLEET_SECONDS=2 BENCH_FLEET_RATE=1000 \
+    node --import tsx services/provider-registry/bench/run.ts >"$smoke.md" 2>"$smoke.log"; then
+    tail -n 40 "$smoke.log" >&2
+    echo "[test] the registry benchmark failed (its log: $smoke.log)" >&2
+    exit 1
+  fi
+fi
 if [ -s "$OPENAPI_CHECK_FILE" ]; then
   echo "[test] answers that differ from their OpenAPI document (each once, with how often):" >&2
   node -e '
