@@ -82,10 +82,10 @@ export interface HeartbeatInput {
 /** A heartbeat waiting to be written with others. */
 interface Beat {
   id: string;
-  /** The owner the beat may write (undefined: any provider). */
-  owner?: string;
-  /** A daemon's beat: the client whose machines (and those bound to none) it may write. */
-  daemon?: string;
+  /** The owner the beat may write (null: any provider). */
+  owner: string | null;
+  /** A daemon's beat: the client whose machines (and those bound to none) it may write (null: not limited so). */
+  daemon: string | null;
   metrics: GpuMetrics[];
   correlationId?: string;
 }
@@ -110,22 +110,17 @@ export class RegistryService {
     const correlation = new Map<string, string | undefined>();
     for (const b of beats) if (!correlation.has(b.id)) correlation.set(b.id, b.correlationId);
     const recording = this.deps.outbox.recording('heartbeat', correlation);
-    const scoped = beats.map((b) => ({
-      id: b.id,
-      owner: b.owner ?? null,
-      daemon: b.daemon ?? null,
-      metrics: b.metrics,
-    }));
-    // Each statement of the write is retried on its own: those before it have committed.
-    const written = await recordHeartbeats(this.deps.db, scoped, recording, (fn) => this.retry(fn));
+    // Each statement of the write is retried on its own: those before it have committed. (The beats are the
+    // repository's as they are: no copy of each.)
+    const written = await recordHeartbeats(this.deps.db, beats, recording, (fn) => this.retry(fn));
     this.recorded(written.filter((w): w is StatusWrite => w !== undefined && !(w instanceof Error)));
     const answered = new Set<string>();
     return beats.map(({ id, owner, daemon }, i) => {
       const row = written[i];
       if (row === undefined || row instanceof Error) return row;
       // Written because of another beat of the batch: this one may not write that provider.
-      if (owner !== undefined && row.owner_id !== owner) return undefined;
-      if (daemon !== undefined && row.daemon_client_id !== null && row.daemon_client_id !== daemon) return undefined;
+      if (owner !== null && row.owner_id !== owner) return undefined;
+      if (daemon !== null && row.daemon_client_id !== null && row.daemon_client_id !== daemon) return undefined;
       if (!answered.has(id)) {
         answered.add(id);
         return row;
@@ -276,7 +271,7 @@ export class RegistryService {
     beats.forEach(({ actor, id, metrics, correlationId }, i) => {
       try {
         const scope = writeScope(actor);
-        items.push({ id, owner: scope?.owner, daemon: scope?.daemon, metrics, correlationId });
+        items.push({ id, owner: scope?.owner ?? null, daemon: scope?.daemon ?? null, metrics, correlationId });
         places.push(i);
       } catch (err) {
         settle(i, err as Error);
