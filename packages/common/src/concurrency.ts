@@ -51,7 +51,7 @@ export class CountsByKey {
   tally(key: string): Tally {
     let tally = this.tallies.get(key);
     if (!tally) {
-      if (this.atZero >= Math.max(FORGET_AFTER, this.tallies.size - this.atZero)) this.forget();
+      this.forgetIfMany();
       tally = new Tally(key);
       this.tallies.set(key, tally);
       this.atZero++;
@@ -75,12 +75,18 @@ export class CountsByKey {
     if (!tally || tally.n === 0) return;
     tally.n = Math.max(0, tally.n - n);
     if (tally.n > 0) return;
-    if (++this.atZero >= Math.max(FORGET_AFTER, this.tallies.size - this.atZero)) this.forget();
+    this.atZero++;
+    this.forgetIfMany();
   }
 
   /** The keys with some in hand. */
   get size(): number {
     return this.tallies.size - this.atZero;
+  }
+
+  /** Forgets the tallies at zero once there are as many as keys with work in hand, and at least `FORGET_AFTER`. */
+  private forgetIfMany(): void {
+    if (this.atZero >= Math.max(FORGET_AFTER, this.tallies.size - this.atZero)) this.forget();
   }
 
   /** Drops the tallies at zero (one still held is made again, at zero, by its key's next `tally`). */

@@ -25,6 +25,7 @@ import {
   type PageRange,
   recordHeartbeats,
   type StatusWrite,
+  type Beat as StoredBeat,
   setStatus,
   sweepOffline,
 } from '../db/status-repository.ts';
@@ -79,13 +80,11 @@ export interface HeartbeatInput {
   correlationId?: string;
 }
 
-/** A heartbeat waiting to be written with others. */
-interface Beat {
-  id: string;
-  /** The owner the beat may write (null: any provider). */
-  owner: string | null;
-  /** A daemon's beat: the client whose machines (and those bound to none) it may write (null: not limited so). */
-  daemon: string | null;
+/**
+ * A heartbeat waiting to be written with others: the repository's beat (its owner and daemon limits, null for none)
+ * as it goes to `recordHeartbeats`, with the correlation ID its change's event carries.
+ */
+interface Beat extends StoredBeat {
   metrics: GpuMetrics[];
   correlationId?: string;
 }
