@@ -3,8 +3,9 @@
  * second. Three measurements, in the same run:
  *
  * - over NATS, open loop: a load generator of its own (bench/heartbeat-nats-client.ts) sends the fleet's rate as the
- *   daemon does (a request where it needs an answer, published otherwise), while this process measures the
- *   scheduler's discovery query with one client (its p99 is the one the issue judges under that load); what was
+ *   daemon does (a request where it needs an answer, published otherwise), while a scheduler of its own process
+ *   (bench/discovery-client.ts, `startScheduler`) measures the discovery query with one client (its p99 is the one
+ *   the issue judges under that load); what was
  *   applied from the service's own count of heartbeats written; CPU per process from /proc;
  * - over HTTP, closed loop: POST /providers/heartbeats, one owner's machines per request;
  * - the direct replay: the repository's batch write (`recordHeartbeats`, the statements the service sends for a batch)
@@ -14,6 +15,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { type CpuSnapshot, cpuSince, cpuSnapshot, processMs } from '@gpu/bench-kit';
 import { callbackPool } from '@gpu/common';
@@ -46,6 +48,12 @@ export interface FleetJob {
    * heartbeats on subjects naming the owner and a daemon client of theirs, with no token.
    */
   subjectIdentity?: boolean;
+  /**
+   * The sender's nice value (0: the platform's priority). It stands in for a million remote machines, whose CPU is
+   * not this machine's: at a lower priority it takes what the platform's processes leave, as they would never wait
+   * for it. Its CPU is counted all the same.
+   */
+  nice: number;
   servicePid: number;
 }
 
@@ -72,6 +80,48 @@ export interface FleetResult {
   coresBusy: number | null;
 }
 
+/** The scheduler's process (bench/discovery-client.ts): one query, measured with one client while the fleet beats. */
+export interface Scheduler {
+  /** Measures the query for `seconds` after a warm-up second (a second more in all). */
+  during(seconds: number): Promise<LoadResult>;
+  stop(): void;
+}
+
+/** Starts the scheduler's process: its `path` asked with `authorization`, `intervalMs` apart (0: back to back). */
+export async function startScheduler(job: {
+  port: number;
+  authorization: string;
+  path: string;
+  intervalMs: number;
+}): Promise<Scheduler> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('./discovery-client.ts', import.meta.url))],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const stop = () => child.stdin.end();
+  process.once('exit', () => child.kill());
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const next = async (): Promise<string> => {
+    const line = await lines.next();
+    if (line.done) throw new Error(`the scheduler's process ended (exit code ${child.exitCode})`);
+    return line.value;
+  };
+  child.stdin.write(`${JSON.stringify(job)}\n`);
+  if ((await next()) !== 'ready') throw new Error("the scheduler's process did not start");
+  // One measurement at a time: each answer is the line after its request.
+  let queue: Promise<unknown> = Promise.resolve();
+  const during = (seconds: number): Promise<LoadResult> => {
+    const result = queue.then(async () => {
+      child.stdin.write(`${JSON.stringify({ seconds })}\n`);
+      return JSON.parse(await next()) as LoadResult;
+    });
+    queue = result.catch(() => undefined);
+    return result;
+  };
+  return { during, stop };
+}
+
 /** Sends the fleet's heartbeats over NATS while `during` measures discovery. */
 export async function fleetOverNats(job: FleetJob, during: (seconds: number) => Promise<LoadResult>) {
   const owners = [...job.daemons.keys()];
@@ -92,6 +142,7 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
       seconds: job.seconds,
       metricsEvery: job.metricsEvery,
       answerEvery: job.answerEvery,
+      nice: job.nice,
       // A daemon client ID per owner (the machines are bound to none, so any daemon of the owner may beat them).
       identities: job.subjectIdentity ? owners.map((o) => [o, randomUUID()]) : undefined,
     }),
@@ -277,7 +328,7 @@ export async function fleetOverHttpPaced(
     discovery: await discovery,
     cpu: {
       service: per(serviceNow === null || before.service === null ? null : serviceNow - before.service),
-      // The load generator is this process, which measures discovery too.
+      // The load generator is this process (the scheduler has its own).
       load: (cpu.user + cpu.system) / 1000 / Math.max(1, ok),
       postgres: per(others.postgres),
       nats: per(others.nats),
