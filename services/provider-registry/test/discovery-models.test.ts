@@ -134,6 +134,22 @@ describe('GET /providers by GPU model', () => {
   });
 });
 
+describe('GET /providers by GPU model, asked again', () => {
+  it('finds a model first registered after its term was asked, and loses one whose last machine left', async () => {
+    // The service remembers each term's model names, so that its next page is one statement: that statement must
+    // notice names the term matches now and did not then (and the reverse).
+    expect(await ids('gpu_model=omega')).toEqual([]);
+    const first = await register(h.app, { gpus: [gpu({ model_name: 'Omega One', vram: 10 })] });
+    expect(await ids('gpu_model=omega')).toEqual([first.id]);
+    const second = await register(h.app, { gpus: [gpu({ model_name: 'Omega Two', vram: 20 })] });
+    expect(await ids('gpu_model=omega&sort=-vram')).toEqual([second.id, first.id]);
+    expect(await ids('gpu_model=omega')).toEqual([first.id, second.id]);
+    expect((await h.app.inject({ method: 'DELETE', url: `/providers/${first.id}` })).statusCode).toBe(200);
+    expect(await ids('gpu_model=omega')).toEqual([second.id]);
+    expect(await ids('gpu_model=omega%20one')).toEqual([]);
+  });
+});
+
 describe('provider_models keys', () => {
   /** The provider's keys, and whether each carries the provider's own sort values. */
   async function keysOf(id: string) {

@@ -15,11 +15,13 @@
  *   only the page is kept (a top-N sort). Exact, at the cost of reading every
  *   narrow row of the asked status (at 1,000,000 providers, about 150 ms);
  * - **by model**, for a `gpu_model` term with a sort key that never changes
- *   after registration (everything but `last_seen_at`): a short statement
- *   first looks up the matching model names, then the page merges those
- *   models' ranges of `provider_models`, each already in sort order, so only
- *   providers with a matching GPU are visited, wherever the sort puts them.
- *   The same provider conditions then apply to each.
+ *   after registration (everything but `last_seen_at`): the page merges the
+ *   matching models' ranges of `provider_models`, each already in sort order,
+ *   so only providers with a matching GPU are visited, wherever the sort puts
+ *   them. The same provider conditions then apply to each. The model names
+ *   come from a short statement before the page the first time a term is
+ *   asked, and after that from what the term matched last (`ModelNames`),
+ *   checked by the page's own statement (one round trip instead of two).
  */
 import { type Kysely, type RawBuilder, sql } from 'kysely';
 import { type Cursor, type DiscoveryFilter, parseSort, type SortKey } from '../domain/discovery.ts';
@@ -202,17 +204,42 @@ function clockWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order
     LIMIT ${filter.limit + 1}`;
 }
 
-/** Lowercased model names containing `term`, read by skipping through the model index (one probe per name). */
-async function matchingModels(db: Kysely<RegistryDB>, term: string): Promise<string[]> {
-  const { rows } = await sql<{ model: string }>`
-    WITH RECURSIVE names AS (
+/** The distinct model names, `model_names(model)`, read by skipping through the model index (one probe per name). */
+const MODEL_NAMES = sql`model_names AS (
       (SELECT model FROM provider_models ORDER BY model LIMIT 1)
       UNION ALL
       SELECT (SELECT pm.model FROM provider_models pm WHERE pm.model > n.model ORDER BY pm.model LIMIT 1)
-      FROM names n WHERE n.model IS NOT NULL
-    )
-    SELECT model FROM names WHERE model LIKE ${containsPattern(term.toLowerCase())}`.execute(db);
+      FROM model_names n WHERE n.model IS NOT NULL
+    )`;
+
+/** Lowercased model names containing `term`, in order. */
+async function matchingModels(db: Kysely<RegistryDB>, term: string): Promise<string[]> {
+  const { rows } = await sql<{ model: string }>`
+    WITH RECURSIVE ${MODEL_NAMES}
+    SELECT model FROM model_names WHERE model LIKE ${containsPattern(term)} ORDER BY model`.execute(db);
   return rows.map((r) => r.model);
+}
+
+/** The most terms `ModelNames` remembers; past it, it starts again (a term's names cost one more round trip). */
+const MAX_TERMS = 1_000;
+
+/**
+ * The model names each `gpu_model` term matched when last asked (lowercased, in order), so that its next page is one
+ * statement instead of two: the statement reads the names again (a skip through the model index) and renders the page
+ * only when they are still those it was built for; when they changed it says so, and the page is asked again with the
+ * names read anew. Exact either way: the names and the page are read in one snapshot.
+ */
+export class ModelNames {
+  private readonly byTerm = new Map<string, string[]>();
+
+  get(term: string): string[] | undefined {
+    return this.byTerm.get(term);
+  }
+
+  set(term: string, models: string[]): void {
+    if (this.byTerm.size >= MAX_TERMS && !this.byTerm.has(term)) this.byTerm.clear();
+    this.byTerm.set(term, models);
+  }
 }
 
 export interface DiscoveryPage {
@@ -222,30 +249,84 @@ export interface DiscoveryPage {
   next?: Cursor;
 }
 
-export async function listProviders(
-  db: Kysely<RegistryDB>,
-  filter: DiscoveryFilter,
-  offlineAfterMs: number,
-): Promise<DiscoveryPage> {
-  const order = orderOf(filter);
-  let page: RawBuilder<unknown> | undefined;
-  if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
-    const models = await matchingModels(db, filter.gpu_model);
-    if (models.length === 0) return { items: [] };
-    if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
-  }
-  if (order.key === 'last_seen_at') page = clockWalk(filter, offlineAfterMs, order);
-  page ??= providerWalk(filter, offlineAfterMs, order);
-  // The page's rows are rendered as they come out of the walk (named `p`, as the renderer expects).
-  const query = sql<{ id: string; sort_value: string; json: string }>`
-    SELECT p.id, ${sortValueText(order.key, sql`p.sort_key`)} AS sort_value, ${providerJsonSql(offlineAfterMs)} AS json
+type PageRow = { id: string; sort_value: string; json: string };
+
+/**
+ * The page's rows rendered as the API's JSON, in sort order (`page` names its rows `p`, with their `sort_key`);
+ * `sortKey`: with the sort key too, for a statement that orders them again.
+ */
+function renderedPage(offlineAfterMs: number, order: Order, page: RawBuilder<unknown>, sortKey = false) {
+  return sql<PageRow>`
+    SELECT p.id, ${sortKey ? sql`p.sort_key, ` : sql``}${sortValueText(order.key, sql`p.sort_key`)} AS sort_value, ${providerJsonSql(offlineAfterMs)} AS json
     FROM (${page}) p
     ORDER BY p.sort_key ${order.direction}, p.id ${order.direction}`;
-  const { rows } = await query.execute(db);
+}
+
+function pageOf(filter: DiscoveryFilter, rows: PageRow[]): DiscoveryPage {
   const shown = rows.slice(0, filter.limit);
   const last = shown.at(-1);
   return {
     items: shown.map((r) => r.json),
     next: rows.length > filter.limit && last ? { sort: filter.sort, value: last.sort_value, id: last.id } : undefined,
   };
+}
+
+/**
+ * The model walk's page in one statement, built for `models` (what the term matched when last asked): undefined when
+ * the term matches other names now (nothing rendered then).
+ */
+async function modelPageIfSame(
+  db: Kysely<RegistryDB>,
+  filter: DiscoveryFilter,
+  offlineAfterMs: number,
+  order: Order,
+  term: string,
+  models: string[],
+): Promise<DiscoveryPage | undefined> {
+  const page = renderedPage(offlineAfterMs, order, modelWalk(filter, offlineAfterMs, order, models), true);
+  const { rows } = await sql<{ same: boolean } & Partial<PageRow>>`
+    WITH RECURSIVE ${MODEL_NAMES},
+    asked AS (
+      SELECT coalesce(array_agg(model ORDER BY model), '{}') = ${models}::text[] AS same
+      FROM model_names WHERE model LIKE ${containsPattern(term)}
+    )
+    SELECT asked.same, r.id, r.sort_value, r.json
+    FROM asked LEFT JOIN LATERAL (${page}) r ON asked.same
+    ORDER BY r.sort_key ${order.direction}, r.id ${order.direction}`.execute(db);
+  if (!rows[0]?.same) return undefined;
+  return pageOf(
+    filter,
+    rows.filter((r): r is { same: boolean } & PageRow => r.id != null),
+  );
+}
+
+/**
+ * A page of discovery. `names` (the caller's, kept between calls) saves a `gpu_model` term's page its first round
+ * trip, the lookup of the model names it matches.
+ */
+export async function listProviders(
+  db: Kysely<RegistryDB>,
+  filter: DiscoveryFilter,
+  offlineAfterMs: number,
+  names?: ModelNames,
+): Promise<DiscoveryPage> {
+  const order = orderOf(filter);
+  let page: RawBuilder<unknown> | undefined;
+  if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
+    const term = filter.gpu_model.toLowerCase();
+    const known = names?.get(term);
+    if (known !== undefined && known.length > 0 && known.length <= MAX_MODEL_RANGES) {
+      const same = await modelPageIfSame(db, filter, offlineAfterMs, order, term, known);
+      if (same) return same;
+    }
+    const models = await matchingModels(db, term);
+    names?.set(term, models);
+    if (models.length === 0) return { items: [] };
+    if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
+  }
+  if (order.key === 'last_seen_at') page = clockWalk(filter, offlineAfterMs, order);
+  page ??= providerWalk(filter, offlineAfterMs, order);
+  // The page's rows are rendered as they come out of the walk (named `p`, as the renderer expects).
+  const { rows } = await renderedPage(offlineAfterMs, order, page).execute(db);
+  return pageOf(filter, rows);
 }

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { GroupCommit, isAppError, type Principal, type RetryOptions, withRetry } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { listProviders } from '../db/discovery-repository.ts';
+import { listProviders, ModelNames } from '../db/discovery-repository.ts';
 import { lockProviderStatus } from '../db/gpu-hold-repository.ts';
 import {
   bindProvider,
@@ -96,6 +96,8 @@ export class RegistryService {
    * backend, costs the service more CPU than the rest of a heartbeat.
    */
   private readonly beats: GroupCommit<Beat, StatusWrite | undefined>;
+  /** Each discovery term's model names, so that its next page is one statement (discovery-repository.ts). */
+  private readonly modelNames = new ModelNames();
 
   constructor(private readonly deps: RegistryServiceDeps) {
     this.beats = new GroupCommit((beats) => this.recordBeats(beats), { maxBatch: 1000, maxQueued: 20_000 });
@@ -194,7 +196,7 @@ export class RegistryService {
   /** Discovery; a provider or daemon sees only its own machines. */
   list(actor: Principal, filter: Omit<DiscoveryFilter, 'owner_id'>) {
     const scoped = { ...filter, owner_id: discoveryScope(actor) };
-    return this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs));
+    return this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs, this.modelNames));
   }
 
   /**
