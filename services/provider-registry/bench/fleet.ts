@@ -126,11 +126,16 @@ export async function startScheduler(job: {
 export async function fleetOverNats(job: FleetJob, during: (seconds: number) => Promise<LoadResult>) {
   const owners = [...job.daemons.keys()];
   const ownerIndex = new Map(owners.map((o, i) => [o, i]));
-  const client = spawn(
+  const sender = [
     process.execPath,
-    ['--import', 'tsx', fileURLToPath(new URL('./heartbeat-nats-client.ts', import.meta.url))],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
-  );
+    '--import',
+    'tsx',
+    fileURLToPath(new URL('./heartbeat-nats-client.ts', import.meta.url)),
+  ];
+  // Through `nice`, so that every thread of the process runs at its priority (a thread's own setpriority leaves the
+  // threads V8 started before it at the old one).
+  const [command, ...args] = job.nice === 0 ? sender : ['nice', '-n', String(job.nice), ...sender];
+  const client = spawn(command!, args, { stdio: ['pipe', 'pipe', 'inherit'] });
   client.stdin.end(
     JSON.stringify({
       natsUrl: job.natsUrl,
@@ -142,7 +147,6 @@ export async function fleetOverNats(job: FleetJob, during: (seconds: number) => 
       seconds: job.seconds,
       metricsEvery: job.metricsEvery,
       answerEvery: job.answerEvery,
-      nice: job.nice,
       // A daemon client ID per owner (the machines are bound to none, so any daemon of the owner may beat them).
       identities: job.subjectIdentity ? owners.map((o) => [o, randomUUID()]) : undefined,
     }),

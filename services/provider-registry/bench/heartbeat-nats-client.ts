@@ -10,7 +10,6 @@
  * answers and their latency from the send; what was applied of the published ones the registry's counters say.
  * Reads its job as JSON on stdin, prints `start` when it begins sending, then its results as JSON on stdout.
  */
-import { setPriority } from 'node:os';
 import { fileCredentials } from '@gpu/common';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 
@@ -33,12 +32,9 @@ interface Job {
    * heartbeat then goes on `<prefix>.<owner>.<client>.<provider ID>` with no token, answered on that client's inbox.
    */
   identities?: [string, string][];
-  /** This process's nice value (run.ts `BENCH_FLEET_NICE`). */
-  nice: number;
 }
 
 const job = JSON.parse(await new Response(process.stdin as unknown as ReadableStream).text()) as Job;
-if (job.nice !== 0) setPriority(job.nice);
 const nc = await connect({
   servers: job.natsUrl,
   name: 'registry-bench-fleet',

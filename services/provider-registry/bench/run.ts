@@ -78,6 +78,9 @@ const DISCOVERY_RATE = Number(process.env.BENCH_DISCOVERY_RATE ?? 20);
  * competing with them (discovery's query above all) as no remote daemon could. Its CPU is counted all the same.
  */
 const FLEET_NICE = Number(process.env.BENCH_FLEET_NICE ?? 10);
+if (!Number.isInteger(FLEET_NICE) || FLEET_NICE < 0 || FLEET_NICE > 19) {
+  throw new Error(`BENCH_FLEET_NICE must be an integer from 0 to 19, not ${process.env.BENCH_FLEET_NICE}`);
+}
 /** Machines per POST /providers/heartbeats. */
 const HTTP_BATCH = 100;
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -596,7 +599,7 @@ A million daemons beating every 30 s send ${FLEET_TARGET.toLocaleString('en-US')
 clock (open loop: however slowly the registry answers) for ${FLEET_SECONDS} s over the ${rows.length.toLocaleString('en-US')} idle and busy machines, each
 with its owner's daemon token (verified as any request's), while a scheduler of its own process (as a scheduler is:
 the benchmark process's collections, its heap holding the fleet, no longer fall into the latencies) runs the discovery
-query (\`${scheduler}\`) with one client, ${DISCOVERY_RATE > 0 ? `${DISCOVERY_RATE} times a second (a scheduler asks as it places work; a closed loop, as before 2026-11-28, kept a PostgreSQL backend busy the whole row, which the CPU per heartbeat counted)` : 'in a closed loop (`BENCH_DISCOVERY_RATE=0`)'}. Over NATS, a load generator of its own process${FLEET_NICE !== 0 ? ` (at nice ${FLEET_NICE}: it stands in for remote machines, so it takes the CPU the platform's processes leave rather than competing with them; its CPU counted all the same)` : ''} sends each heartbeat on
+query (\`${scheduler}\`) with one client, ${DISCOVERY_RATE > 0 ? `${DISCOVERY_RATE} times a second (a scheduler asks as it places work; a closed loop, as before 2026-11-28, kept a PostgreSQL backend busy the whole row, which the CPU per heartbeat counted)` : 'in a closed loop (`BENCH_DISCOVERY_RATE=0`)'}. Over NATS, a load generator of its own process${FLEET_NICE !== 0 ? ` (at nice ${FLEET_NICE}: it stands in for remote machines, so it takes the CPU the platform's processes leave rather than competing with them; its CPU counted all the same, and the answers' latency, timed by it, includes its own waits for a core)` : ''} sends each heartbeat on
 \`registry.heartbeats.<provider ID>\` as the provider daemon does: one in ${METRICS_EVERY} with its first GPU's metrics (new values each
 time: the daemon sends metrics that moved), and as a request (with a reply subject) only when it carries metrics or when
 the machine's last one was published unanswered (the daemon's \`heartbeat_answer_every\`, ${ANSWER_EVERY} by default), else published; the

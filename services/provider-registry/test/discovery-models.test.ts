@@ -8,6 +8,7 @@ import { migrateToLatest, openDatabase } from '@gpu/common';
 import { createTestDatabase } from '@gpu/common/testing';
 import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listProviders, ModelNames } from '../src/db/discovery-repository.ts';
 import * as createProviders from '../src/db/migrations/20250101000000_create_providers.ts';
 import { migrations } from '../src/db/migrations/index.ts';
 import { gpu, type Harness, register, startHarness } from './helpers.ts';
@@ -147,6 +148,42 @@ describe('GET /providers by GPU model, asked again', () => {
     expect((await h.app.inject({ method: 'DELETE', url: `/providers/${first.id}` })).statusCode).toBe(200);
     expect(await ids('gpu_model=omega')).toEqual([second.id]);
     expect(await ids('gpu_model=omega%20one')).toEqual([]);
+  });
+
+  it('asks a term asked before in one statement, and sees a name swapped for another', async () => {
+    const a = await register(h.app, { gpus: [gpu({ model_name: 'Sigma A', vram: 10 })] });
+    const b = await register(h.app, { gpus: [gpu({ model_name: 'Sigma B', vram: 20 })] });
+    let statements = 0;
+    const counted = h.database.db.withPlugin({
+      transformQuery: (args) => {
+        statements++;
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    });
+    const names = new ModelNames();
+    const page = async () => {
+      statements = 0;
+      const { items } = await listProviders(
+        counted,
+        { gpu_model: 'SIGMA', sort: 'registered_at', limit: 10 },
+        3_600_000,
+        names,
+      );
+      return { statements, ids: items.map((json) => (JSON.parse(json) as { id: string }).id) };
+    };
+    expect(await page()).toEqual({ statements: 2, ids: [a.id, b.id] });
+    expect(await page()).toEqual({ statements: 1, ids: [a.id, b.id] });
+    // As many names as before, one of them another: the remembered list is stale, the page asked again.
+    const put = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${a.id}`,
+      payload: { owner_id: 'owner-1', name: 'sigma-rig', gpus: [gpu({ model_name: 'Sigma C', vram: 30 })] },
+    });
+    expect(put.statusCode).toBe(200);
+    expect(await page()).toEqual({ statements: 3, ids: [a.id, b.id] });
+    expect(await page()).toEqual({ statements: 1, ids: [a.id, b.id] });
+    expect(names.get('sigma')).toEqual(['sigma b', 'sigma c']);
   });
 });
 

@@ -220,7 +220,10 @@ async function matchingModels(db: Kysely<RegistryDB>, term: string): Promise<str
   return rows.map((r) => r.model);
 }
 
-/** The most terms `ModelNames` remembers; past it, it starts again (a term's names cost one more round trip). */
+/**
+ * The most terms `ModelNames` remembers (each with at most MAX_MODEL_RANGES names); past it, it starts again: a term
+ * forgotten costs its next page one more round trip.
+ */
 const MAX_TERMS = 1_000;
 
 /**
@@ -273,7 +276,7 @@ function pageOf(filter: DiscoveryFilter, rows: PageRow[]): DiscoveryPage {
 
 /**
  * The model walk's page in one statement, built for `models` (what the term matched when last asked): undefined when
- * the term matches other names now (nothing rendered then).
+ * the term matches other names now (PostgreSQL still walks the page then, and drops it: names change rarely).
  */
 async function modelPageIfSame(
   db: Kysely<RegistryDB>,
@@ -320,7 +323,9 @@ export async function listProviders(
       if (same) return same;
     }
     const models = await matchingModels(db, term);
-    names?.set(term, models);
+    // Only lists the model walk takes are remembered (1 to MAX_MODEL_RANGES names: a term that matches none costs
+    // this one statement anyway).
+    if (models.length > 0 && models.length <= MAX_MODEL_RANGES) names?.set(term, models);
     if (models.length === 0) return { items: [] };
     if (models.length <= MAX_MODEL_RANGES) page = modelWalk(filter, offlineAfterMs, order, models);
   }
