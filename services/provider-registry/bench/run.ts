@@ -345,13 +345,9 @@ async function main() {
     for (const s of scenarios) {
       // The statements of a page asked again, as the service asks it (a term's model names known from the first).
       const names = new ModelNames();
-      await listProviders(
-        new Kysely<RegistryDB>({ dialect: new PostgresDialect({ pool }) }),
-        s.filter,
-        OFFLINE_AFTER_MS,
-        names,
-      );
-      const statements = await capture(pool, (db) => listProviders(db, s.filter, OFFLINE_AFTER_MS, names));
+      const ask = (db: Kysely<RegistryDB>) => listProviders(db, s.filter, OFFLINE_AFTER_MS, names);
+      await capture(pool, ask);
+      const statements = await capture(pool, ask);
       listRows.push(await measureList(s.label, `/providers?${s.query}`, statements, s.noTarget));
     }
 

@@ -318,7 +318,7 @@ export async function listProviders(
   if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
     const term = filter.gpu_model.toLowerCase();
     const known = names?.get(term);
-    if (known !== undefined && known.length > 0 && known.length <= MAX_MODEL_RANGES) {
+    if (known !== undefined) {
       const same = await modelPageIfSame(db, filter, offlineAfterMs, order, term, known);
       if (same) return same;
     }
