@@ -32,7 +32,7 @@ describe('GroupCommit', () => {
     expect(r.batches).toEqual([[1], [2, 3, 4]]);
     await r.release();
     expect(await Promise.all([first, ...rest])).toEqual([10, 20, 30, 40]);
-    expect(gc.stats).toEqual({ batches: 2, items: 4, largestBatch: 3 });
+    expect(gc.stats).toEqual({ batches: 2, items: 4, largestBatch: 3, held: 0 });
   });
 
   it("submits several at once: one answer per item in order, across batches, each item's error its own", async () => {
@@ -142,6 +142,69 @@ describe('GroupCommit', () => {
     // It keeps working after a failed batch.
     const ok = new GroupCommit(async (items: number[]) => items);
     expect(await ok.submit(7)).toBe(7);
+  });
+
+  it('keeps the next batch back while a read holds it, until the read ends, and lets running batches finish', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxInFlight: 2, maxHoldMs: 60_000 });
+    const running = gc.submit(1);
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1]]);
+    const release = gc.hold();
+    const queued = [2, 3].map((n) => gc.submit(n));
+    await r.release(); // the running batch finishes while the hold is taken
+    expect(await running).toBe(10);
+    expect(r.batches).toEqual([[1]]); // 2 and 3 wait for the read, though a slot is free
+    release();
+    release(); // a second call changes nothing
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1], [2, 3]]);
+    await r.release();
+    expect(await Promise.all(queued)).toEqual([20, 30]);
+    expect(gc.stats).toEqual({ batches: 2, items: 3, largestBatch: 2, held: 1 });
+    // Nothing kept back, nothing counted: the next one leaves on the next turn.
+    const next = gc.submit(4);
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches.at(-1)).toEqual([4]);
+    await r.release();
+    expect(await next).toBe(40);
+    expect(gc.stats.held).toBe(1);
+  });
+
+  it('lets held items go once they fill a batch, or once they have waited maxHoldMs however many holds follow', async () => {
+    const r = recorder();
+    const gc = new GroupCommit(r.run, { maxBatch: 3, maxHoldMs: 60_000 });
+    const release = gc.hold();
+    const full = [1, 2, 3, 4].map((n) => gc.submit(n));
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1, 2, 3]]); // a full batch leaves; the fourth item waits for the read
+    await r.release();
+    await new Promise((res) => setImmediate(res));
+    expect(r.batches).toEqual([[1, 2, 3]]);
+    release();
+    await r.release();
+    await r.release();
+    expect(await Promise.all(full)).toEqual([10, 20, 30, 40]);
+
+    // Reads that follow one another without a gap (a hold always taken) keep a batch back maxHoldMs at most.
+    const timed = recorder();
+    const bounded = new GroupCommit(timed.run, { maxHoldMs: 40 });
+    let holding = bounded.hold();
+    const started = performance.now();
+    const item = bounded.submit(5);
+    const relay = setInterval(() => {
+      const next = bounded.hold();
+      holding();
+      holding = next;
+    }, 5);
+    while (timed.batches.length === 0) await new Promise((res) => setTimeout(res, 5));
+    const waited = performance.now() - started;
+    clearInterval(relay);
+    holding();
+    await timed.release();
+    expect(await item).toBe(50);
+    expect(waited).toBeGreaterThanOrEqual(35);
+    expect(bounded.stats.held).toBe(1);
   });
 
   it('refuses a batch function that answers the wrong number of results', async () => {

@@ -133,7 +133,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
   });
   const retry = { attempts: config.database.retry_attempts, baseDelayMs: 50, maxDelayMs: 1000 };
   const holds = new GpuHolds({ db: database.db, outbox, retry });
-  const market = new Market({ db: database.db, logger, retry });
+  const market = new Market({ db: database.db, logger, retry, whileAsked: (read) => registry.whileAsked(read) });
   // A run of the relay that was under way when an event committed may have missed it: a second run cannot.
   const events: StatusEventFlush = {
     flush: async () => {

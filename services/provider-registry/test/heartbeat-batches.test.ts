@@ -225,6 +225,27 @@ describe('POST /providers/heartbeats', () => {
     expect((await read(a.id)).gpus[1].temperature).toBe(45);
   });
 
+  it('holds a batch while a discovery read runs, and writes it within 50 ms though reads follow without a gap', async () => {
+    const m = await own();
+    const held = async () =>
+      Number(
+        /^registry_heartbeat_batches_held_total\{[^}]*\} (\d+)$/m.exec(
+          (await h.app.inject({ method: 'GET', url: '/metrics' })).body,
+        )?.[1] ?? 0,
+      );
+    const heldBefore = await held();
+    const before = (await read(m.id)).last_seen_at;
+    // The read ends only once the heartbeat is answered: the batch leaves at the hold's bound, not at the read's end.
+    const started = performance.now();
+    const answer = await h.app.registry.whileAsked(() => batch([{ provider_id: m.id }]));
+    const waited = performance.now() - started;
+    expect(answer.statusCode).toBe(200);
+    expect(answer.json().results[0]).toMatchObject({ id: m.id, status_code: 200 });
+    expect(waited).toBeGreaterThanOrEqual(40);
+    expect((await read(m.id)).last_seen_at > before).toBe(true);
+    expect(await held()).toBe(heldBefore + 1);
+  });
+
   it("applies a GPU's change of health under the machine's rules: a fully unhealthy machine leaves the market", async () => {
     const a = await own({ gpus: [gpu()] });
     const offers = async () =>

@@ -8,6 +8,14 @@
  * whatever the current turn's I/O callbacks submitted, so batching adds next to
  * no waiting when the load is light and grows the batches as fast as the load.
  *
+ * A read that someone waits for can `hold` the next batch back: while it runs,
+ * the queued items wait (at most `maxHoldMs`, or until a full batch is queued)
+ * rather than leave as a statement that competes with the read for the
+ * database's CPU. Writes whose answer nobody waits on (a heartbeat) lose a few
+ * milliseconds; the read, which a person or a scheduler waits on, does not
+ * share the machine with them meanwhile (and the held items leave as one larger,
+ * cheaper batch).
+ *
  * The batch function answers one result per item, in order: a value, or an
  * Error for that item alone. A batch function that throws fails every item of
  * its batch with that error. `stats` counts batches and items, so a caller (a
@@ -32,6 +40,8 @@ export interface GroupCommitOptions {
    * than queued behind a database that does not keep up (or does not answer).
    */
   maxQueued?: number;
+  /** Longest a `hold` keeps queued items back, in milliseconds (default 50); a full batch leaves at once regardless. */
+  maxHoldMs?: number;
 }
 
 /** What a GroupCommit has sent so far. */
@@ -42,6 +52,8 @@ export interface GroupCommitStats {
   items: number;
   /** The largest batch so far. */
   largestBatch: number;
+  /** Batches that a `hold` kept back before they left. */
+  held: number;
 }
 
 /** Where an item's result goes: its own promise (`submit`), or its place among several (`submitAll`). */
@@ -103,8 +115,15 @@ export class GroupCommit<I, O> {
   private readonly maxInFlight: number;
   private readonly maxInFlightFull: number;
   private readonly maxQueued: number;
-  private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0 };
+  private readonly maxHoldMs: number;
+  private readonly counts: GroupCommitStats = { batches: 0, items: 0, largestBatch: 0, held: 0 };
   private overload: AppError | undefined;
+  /** Holds taken and not yet released. */
+  private holds = 0;
+  /** When a hold first kept the queued items back (undefined: none has since the last batch left). */
+  private heldSince: number | undefined;
+  /** Lets the held items go once they have waited `maxHoldMs`. */
+  private holdTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     private readonly runBatch: (items: I[]) => Promise<(O | Error)[]>,
@@ -114,6 +133,7 @@ export class GroupCommit<I, O> {
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 2);
     this.maxInFlightFull = Math.max(this.maxInFlight, options.maxInFlightFull ?? this.maxInFlight);
     this.maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY;
+    this.maxHoldMs = Math.max(0, options.maxHoldMs ?? 50);
   }
 
   /** Batches and items sent so far (a copy). */
@@ -160,11 +180,49 @@ export class GroupCommit<I, O> {
     return this.overload;
   }
 
-  /** Whether another batch may leave now: a free slot, or a free slot for full batches and a full one waiting. */
+  /**
+   * Keeps the next batch back until the returned release is called (once; more calls do nothing): for a read that
+   * someone waits for, so that its statement does not share the database's CPU with a batch that could as well leave
+   * a few milliseconds later. The queued items leave anyway once they fill a batch or have been kept `maxHoldMs`;
+   * batches already running go on.
+   */
+  hold(): () => void {
+    this.holds++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.holds--;
+      this.schedule();
+    };
+  }
+
+  /**
+   * Whether another batch may leave now: a free slot (or a free slot for full batches and a full one waiting), and no
+   * hold keeping the queued items back.
+   */
   private mayStart(): boolean {
     if (this.queue.length === 0) return false;
-    if (this.inFlight < this.maxInFlight) return true;
-    return this.inFlight < this.maxInFlightFull && this.queue.length >= this.maxBatch;
+    const slot =
+      this.inFlight < this.maxInFlight || (this.inFlight < this.maxInFlightFull && this.queue.length >= this.maxBatch);
+    return slot && !this.heldBack();
+  }
+
+  /**
+   * Whether a hold keeps the queued items back now: some hold is taken, they fill no batch, and they have been kept
+   * less than `maxHoldMs` (counted from when a hold first kept them; a timer lets them go then).
+   */
+  private heldBack(): boolean {
+    if (this.holds === 0 || this.queue.length >= this.maxBatch) return false;
+    const now = performance.now();
+    this.heldSince ??= now;
+    const left = this.heldSince + this.maxHoldMs - now;
+    if (left <= 0) return false;
+    this.holdTimer ??= setTimeout(() => {
+      this.holdTimer = undefined;
+      this.pump();
+    }, Math.ceil(left));
+    return true;
   }
 
   private schedule(): void {
@@ -179,6 +237,12 @@ export class GroupCommit<I, O> {
   private pump(): void {
     while (this.mayStart()) {
       const batch = this.queue.splice(0, this.maxBatch);
+      if (this.heldSince !== undefined) {
+        this.counts.held++;
+        this.heldSince = undefined;
+        clearTimeout(this.holdTimer);
+        this.holdTimer = undefined;
+      }
       this.inFlight++;
       this.counts.batches++;
       this.counts.items += batch.length;

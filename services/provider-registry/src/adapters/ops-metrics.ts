@@ -35,7 +35,8 @@ export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gau
 /**
  * How well heartbeats are grouped (`RegistryService`'s group commit): `registry_heartbeat_batches_total` batch
  * writes, `registry_heartbeats_grouped_total` heartbeats in them (their ratio is the mean batch: the larger, the less
- * each heartbeat costs PostgreSQL and the service).
+ * each heartbeat costs PostgreSQL and the service), `registry_heartbeat_batches_held_total` those of them that waited
+ * for a discovery or market read to end (`RegistryService.whileAsked`).
  */
 export function heartbeatBatchMetrics(stats: () => GroupCommitStats): Counter[] {
   const counter = (name: string, help: string, read: (s: GroupCommitStats) => number) => {
@@ -54,5 +55,10 @@ export function heartbeatBatchMetrics(stats: () => GroupCommitStats): Counter[] 
   return [
     counter('registry_heartbeat_batches_total', 'batch writes of heartbeats (group commit)', (s) => s.batches),
     counter('registry_heartbeats_grouped_total', 'heartbeats written in those batches', (s) => s.items),
+    counter(
+      'registry_heartbeat_batches_held_total',
+      'heartbeat batches that waited for a discovery or market read to end',
+      (s) => s.held,
+    ),
   ];
 }

@@ -45,6 +45,8 @@ export interface MarketDeps {
   db: Kysely<RegistryDB>;
   logger: Logger;
   retry?: RetryOptions;
+  /** Runs a search someone waits for: the registry holds its heartbeat writes meanwhile (`RegistryService.whileAsked`). */
+  whileAsked: <T>(read: () => Promise<T>) => Promise<T>;
 }
 
 /** How many machines one statement of a walk (repricing, refreshing) touches. */
@@ -64,7 +66,7 @@ export class Market {
 
   /** A page of offers and the position after it (null on the last page). */
   async search(filter: OfferFilter): Promise<{ items: OfferRow[]; next: OfferCursor | null }> {
-    const rows = await this.retry(() => searchOffers(this.deps.db, filter));
+    const rows = await this.deps.whileAsked(() => this.retry(() => searchOffers(this.deps.db, filter)));
     const items = rows.slice(0, filter.limit);
     const last = items.at(-1);
     return {

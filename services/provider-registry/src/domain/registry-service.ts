@@ -193,10 +193,28 @@ export class RegistryService {
     return reliabilityOf(books);
   }
 
-  /** Discovery; a provider or daemon sees only its own machines. */
+  /**
+   * Discovery; a provider or daemon sees only its own machines. Heartbeat batches wait while it reads (`whileAsked`).
+   */
   list(actor: Principal, filter: Omit<DiscoveryFilter, 'owner_id'>) {
     const scoped = { ...filter, owner_id: discoveryScope(actor) };
-    return this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs, this.modelNames));
+    return this.whileAsked(() =>
+      this.retry(() => listProviders(this.deps.db, scoped, this.deps.offlineAfterMs, this.modelNames)),
+    );
+  }
+
+  /**
+   * Runs a read that someone waits for (discovery, the market's search) with the heartbeat group commit held
+   * (`GroupCommit.hold`): no heartbeat batch leaves meanwhile (for at most 50 ms, or until 1,000 are queued), so its
+   * statement does not share PostgreSQL's CPU with this instance's heartbeat writes, whose answers nobody waits on.
+   */
+  async whileAsked<T>(read: () => Promise<T>): Promise<T> {
+    const release = this.beats.hold();
+    try {
+      return await read();
+    } finally {
+      release();
+    }
   }
 
   /**

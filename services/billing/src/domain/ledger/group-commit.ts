@@ -146,7 +146,7 @@ export async function postTransferGroup(ctx: LedgerContext, specs: TransferSpec[
 
 /** Batches and groups this context's transfer batcher has sent so far (zeros before the first). */
 export function transferGroupStats(ctx: LedgerContext): GroupCommitStats {
-  return ctx.state.transferBatcher?.stats ?? { batches: 0, items: 0, largestBatch: 0 };
+  return ctx.state.transferBatcher?.stats ?? { batches: 0, items: 0, largestBatch: 0, held: 0 };
 }
 
 /**
