@@ -300,68 +300,109 @@ describe('a retry racing its original in another batch', () => {
   });
 });
 
-describe('concurrent batches topping up holds of the same wallets', () => {
-  it('lock the wallets in one order, whatever order their reports came in: no deadlock', async () => {
-    // Two renters with two sessions each; 55 minutes in, every hold (an hour's) is due a top-up, which locks the
-    // renter's wallet accounts. `lo` and `hi` are the wallets by ID.
-    const renters = await Promise.all([parties(h, '20'), parties(h, '20')]);
-    const pairs = await Promise.all(
-      renters.map(async (p) => ({
-        wallet: p.renter.id,
-        sessions: [
-          (await start(h, startBody(p, H100_X1))).json().session.id as string,
-          (await start(h, startBody(p, H100_X1))).json().session.id as string,
-        ],
-      })),
-    );
-    const [lo, hi] = pairs.sort((a, b) => (a.wallet < b.wallet ? -1 : 1));
-    clock.advance(55 * 60_000);
-    const warned: string[] = [];
-    const logger = Object.assign(Object.create(h.ctx.logger), {
-      warn: (_: unknown, msg: string) => warned.push(msg),
-    }) as typeof h.ctx.logger;
-    const ctx = { ...h.ctx, logger };
-    const update = (sessionId: string): UsageUpdate => ({
-      sender: UNCHECKED_PRINCIPAL,
-      sessionId,
-      messageId: 'top-up',
-      timestamp: clock.now(),
-      gpuUtilization: 50,
-      powerDrawW: 300,
-    });
-    const waiting = async (n: number) => {
-      for (let i = 0; ; i++) {
-        const { rows } = await sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(h.db);
-        if (rows[0]!.n >= n) return;
-        if (i > 500) throw new Error(`${n} batches never waited`);
-        await new Promise((r) => setTimeout(r, 10));
-      }
-    };
-    let first: ReturnType<typeof applyUsageBatch> | undefined;
-    let second: ReturnType<typeof applyUsageBatch> | undefined;
-    await h.db.transaction().execute(async (trx) => {
-      // Another transaction holds `hi`'s accounts while one batch (reports: hi's, then lo's) and then another (lo's,
-      // then hi's) reach them. Locked in report order, the first would hold hi waiting for lo, the second lo waiting
-      // for hi, once this transaction ends: a deadlock PostgreSQL breaks after a second by failing one of them.
-      await sql`SELECT 1 FROM ledger_accounts WHERE wallet_id = ${hi!.wallet} FOR UPDATE`.execute(trx);
-      first = applyUsageBatch(ctx, [update(hi!.sessions[0]!), update(lo!.sessions[0]!)]);
-      await waiting(1);
-      second = applyUsageBatch(ctx, [update(lo!.sessions[1]!), update(hi!.sessions[1]!)]);
-      await waiting(2);
-    });
-    const results = [...(await first!), ...(await second!)];
+/**
+ * Two renters with two sessions each (`lo` and `hi`: the wallets by ID), `minutes` in: while another transaction holds
+ * `hi`'s wallet accounts, one batch reports hi's session, then lo's, and another lo's, then hi's. Taken in report
+ * order, the first would hold hi waiting for lo and the second lo waiting for hi once that transaction ends: a deadlock
+ * PostgreSQL breaks after a second by failing one of them, whose updates are then retried one by one (a warning).
+ */
+async function opposedBatches(body: { spend_cap?: string }, minutes: number) {
+  const renters = await Promise.all([parties(h, '20'), parties(h, '20')]);
+  const pairs = await Promise.all(
+    renters.map(async (p) => ({
+      wallet: p.renter.id,
+      sessions: [
+        (await start(h, { ...startBody(p, H100_X1), ...body })).json().session.id as string,
+        (await start(h, { ...startBody(p, H100_X1), ...body })).json().session.id as string,
+      ],
+    })),
+  );
+  const [lo, hi] = pairs.sort((a, b) => (a.wallet < b.wallet ? -1 : 1)) as [(typeof pairs)[0], (typeof pairs)[0]];
+  clock.advance(minutes * 60_000);
+  const warned: string[] = [];
+  const logger = Object.assign(Object.create(h.ctx.logger), {
+    warn: (_: unknown, msg: string) => warned.push(msg),
+  }) as typeof h.ctx.logger;
+  const ctx = { ...h.ctx, logger };
+  const update = (sessionId: string): UsageUpdate => ({
+    sender: UNCHECKED_PRINCIPAL,
+    sessionId,
+    messageId: `at-${minutes}`,
+    timestamp: clock.now(),
+    gpuUtilization: 50,
+    powerDrawW: 300,
+  });
+  const waiting = async (n: number) => {
+    for (let i = 0; ; i++) {
+      const { rows } = await sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(h.db);
+      if (rows[0]!.n >= n) return;
+      if (i > 500) throw new Error(`${n} batches never waited`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  let first: ReturnType<typeof applyUsageBatch> | undefined;
+  let second: ReturnType<typeof applyUsageBatch> | undefined;
+  await h.db.transaction().execute(async (trx) => {
+    await sql`SELECT 1 FROM ledger_accounts WHERE wallet_id = ${hi.wallet} FOR UPDATE`.execute(trx);
+    first = applyUsageBatch(ctx, [update(hi.sessions[0]!), update(lo.sessions[0]!)]);
+    await waiting(1);
+    second = applyUsageBatch(ctx, [update(lo.sessions[1]!), update(hi.sessions[1]!)]);
+    await waiting(2);
+  });
+  const results = [...(await first!), ...(await second!)];
+  return { sessions: [...lo.sessions, ...hi.sessions], results, warned };
+}
+
+describe('concurrent batches reaching the same wallets', () => {
+  it('top up holds with the wallets locked in one order, whatever order their reports came in: no deadlock', async () => {
+    // 55 minutes in, every hold (an hour's) is due a top-up, which locks the renter's wallet accounts.
+    const { sessions, results, warned } = await opposedBatches({}, 55);
     for (const r of results) expect(r).not.toBeInstanceOf(Error);
     expect(warned).toEqual([]);
     const holds = await h.db
       .selectFrom('rental_sessions')
       .innerJoin('holds', 'holds.id', 'rental_sessions.hold_id')
       .select('holds.amount')
-      .where('rental_sessions.id', 'in', [...lo!.sessions, ...hi!.sessions])
+      .where('rental_sessions.id', 'in', sessions)
       .execute();
     // Each hold topped up once: the hour and ten minutes' worth of a 5.10/h session, 55 minutes billed.
     expect(holds.map((r) => r.amount)).toEqual(Array(4).fill(holds[0]!.amount));
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('end sessions with the wallets locked in one order too: no deadlock, each paid once', async () => {
+    // H100 × 1 at 0.085 a minute under a cap of 0.2: the cap is spent in minute 3, and the report ends the session
+    // (its payment posted from the renter's wallet accounts).
+    const { sessions, results, warned } = await opposedBatches({ spend_cap: '0.2' }, 3);
+    for (const r of results) expect(r).not.toBeInstanceOf(Error);
+    expect(warned).toEqual([]);
+    const rows = await h.db
+      .selectFrom('rental_sessions')
+      .select(['status', 'end_reason', 'total_cost'])
+      .where('id', 'in', sessions)
+      .execute();
+    expect(rows).toEqual(Array(4).fill({ status: 'completed', end_reason: 'spend_cap', total_cost: '0.200000' }));
+    const payments = await h.db
+      .selectFrom('transactions')
+      .select(['reference', 'amount'])
+      .where('type', '=', 'payment')
+      .where(
+        'reference',
+        'in',
+        sessions.map((id) => `session:${id}`),
+      )
+      .execute();
+    // Each session paid once: the renter's payment of the cap and the provider's earnings (less the platform's 5 %).
+    expect(
+      sessions.map((id) =>
+        payments
+          .filter((p) => p.reference === `session:${id}`)
+          .map((p) => p.amount)
+          .sort(),
+      ),
+    ).toEqual(Array(4).fill(['0.190000', '0.200000']));
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 });

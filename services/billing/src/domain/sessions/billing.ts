@@ -145,7 +145,11 @@ export async function planBillings<S extends Billable>(
   return plans;
 }
 
-const compareForLocks = (a: Billable, b: Billable) =>
+/**
+ * The order in which a transaction that locks several sessions' wallet accounts takes them: by wallet, then session.
+ * Every batch that tops up holds or ends sessions of the same wallets then locks them in one order.
+ */
+export const compareForLocks = (a: Pick<Billable, 'wallet_id' | 'id'>, b: Pick<Billable, 'wallet_id' | 'id'>) =>
   a.wallet_id < b.wallet_id ? -1 : a.wallet_id > b.wallet_id ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 
 /**

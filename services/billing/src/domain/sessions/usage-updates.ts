@@ -41,6 +41,7 @@ import {
   type BillItem,
   type BillOutcome,
   type BillPlan,
+  compareForLocks,
   planBillings,
   recordBillingEvents,
   writeBillings,
@@ -287,11 +288,13 @@ async function applyInTransaction(
   for (const outcome of outcomes.values()) {
     if (outcome.events.length > 0) await recordBillingEvents(ctx, trx, outcome, rowOf(outcome.session.id));
   }
-  // Final session state: ended as billing found it over, else as written.
+  // Final session state: ended as billing found it over, else as written. Ended in wallet order (as the top-ups were
+  // planned): an end posts to its renter's wallet accounts, and two batches ending sessions of the same two wallets in
+  // their reports' order, opposite ones, deadlocked (PostgreSQL failed one after a second, its updates retried alone).
   const finished = new Map<string, SessionRow>();
-  for (const [id, outcome] of outcomes) {
-    if (!outcome.end) continue;
-    const end = await finishSession(ctx, trx, rowOf(id), outcome.end, fresh.get(id)![0]!.correlationId);
+  const ends = [...outcomes].filter(([, o]) => o.end).sort(([, a], [, b]) => compareForLocks(a.session, b.session));
+  for (const [id, outcome] of ends) {
+    const end = await finishSession(ctx, trx, rowOf(id), outcome.end!, fresh.get(id)![0]!.correlationId);
     finished.set(id, end.session);
   }
   // Last in the transaction: the machines whose GPUs the ends freed, in machine order.
