@@ -205,6 +205,18 @@ describe('GroupCommit', () => {
     expect(await item).toBe(50);
     expect(waited).toBeGreaterThanOrEqual(35);
     expect(bounded.stats.held).toBe(1);
+
+    // With maxHoldMs 0 a hold keeps nothing back, and no batch counts as held.
+    const open = recorder();
+    const unheld = new GroupCommit(open.run, { maxHoldMs: 0 });
+    const freed = unheld.hold();
+    const at = unheld.submit(6);
+    await new Promise((res) => setImmediate(res));
+    expect(open.batches).toEqual([[6]]);
+    freed();
+    await open.release();
+    expect(await at).toBe(60);
+    expect(unheld.stats.held).toBe(0);
   });
 
   it('refuses a batch function that answers the wrong number of results', async () => {

@@ -215,9 +215,11 @@ export class GroupCommit<I, O> {
   private heldBack(): boolean {
     if (this.holds === 0 || this.queue.length >= this.maxBatch) return false;
     const now = performance.now();
-    this.heldSince ??= now;
-    const left = this.heldSince + this.maxHoldMs - now;
+    const since = this.heldSince ?? now;
+    const left = since + this.maxHoldMs - now;
     if (left <= 0) return false;
+    // Marked only once the hold keeps them (with `maxHoldMs` 0 it never does: no batch is counted as held).
+    this.heldSince = since;
     this.holdTimer ??= setTimeout(() => {
       this.holdTimer = undefined;
       this.pump();
