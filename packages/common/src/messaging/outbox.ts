@@ -120,6 +120,8 @@ export interface OutboxRelayOptions {
    * no failure of anyone's; one still down after this is.
    */
   quietMs?: number;
+  /** The clock the failure timing reads (default `Date.now`). */
+  now?: () => number;
 }
 
 /** Publishes the outbox; several instances may run at once (rows are claimed with SKIP LOCKED). */
@@ -133,6 +135,7 @@ export class OutboxRelay {
   private failingSince?: number;
   private warnedAt?: number;
   private readonly subjectOf: (kind: string) => string;
+  private readonly now: () => number;
 
   constructor(
     private readonly db: Kysely<OutboxDatabase> | Db,
@@ -141,6 +144,7 @@ export class OutboxRelay {
   ) {
     const { subject } = opts;
     this.subjectOf = typeof subject === 'string' ? (kind) => `${subject}.${kind}` : subject;
+    this.now = opts.now ?? Date.now;
   }
 
   /** Publishes unpublished events, oldest first, until none are left; resolves with how many went out. */
@@ -214,7 +218,7 @@ export class OutboxRelay {
    * how long, once each `quietMs` while it goes on failing (the relay tries every second).
    */
   private failed(err: Error, eventId: string): void {
-    const now = Date.now();
+    const now = this.now();
     this.failingSince ??= now;
     const quietMs = this.opts.quietMs ?? 30_000;
     const failingMs = now - this.failingSince;
@@ -231,7 +235,7 @@ export class OutboxRelay {
   private published(): void {
     if (this.warnedAt !== undefined) {
       this.opts.logger.info(
-        { failed_for_ms: Date.now() - (this.failingSince ?? Date.now()) },
+        { failed_for_ms: this.now() - (this.failingSince ?? this.now()) },
         'event publishing works again',
       );
     }
