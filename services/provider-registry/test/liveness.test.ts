@@ -165,6 +165,37 @@ describe('a heartbeat that changes no status', () => {
     expect(await inStep(p.id)).toBe('idle');
   });
 
+  it("writes a GPU's new metrics on its row's own page (heap-only), on a page as full as inserts fill it", async () => {
+    const machines = await Promise.all(
+      Array.from({ length: 6 }, () => register(h.app, { gpus: Array.from({ length: 8 }, () => gpu()) })),
+    );
+    const ids = machines.map((m) => m.id);
+    const { rows: placed } = await sql<{ provider_id: string; idx: number; block: string; last: string }>`
+      SELECT provider_id::text, idx, (ctid::text::point)[0]::text AS block,
+        (pg_relation_size('gpus') / current_setting('block_size')::int - 1)::text AS last
+      FROM gpus WHERE provider_id = ANY(${ids}::uuid[])`.execute(h.database.db);
+    // A page before the table's last: inserts moved on from it, so it holds as much as the fillfactor lets them put.
+    const row = placed.find((r) => r.block !== r.last)!;
+    expect(row).toBeDefined();
+    const block = async () =>
+      (
+        await sql<{ block: string }>`
+          SELECT (ctid::text::point)[0]::text AS block FROM gpus
+          WHERE provider_id = ${row.provider_id} AND idx = ${row.idx}`.execute(h.database.db)
+      ).rows[0]!.block;
+    const beat = await heartbeat(row.provider_id, {
+      gpu_metrics: [{ index: row.idx, utilization_gpu: 87, utilization_mem: 40, temperature: 71, power_draw: 350 }],
+    });
+    expect(beat.statusCode).toBe(200);
+    const { rows: written } = await sql<{ utilization_gpu: number }>`
+      SELECT utilization_gpu FROM gpus WHERE provider_id = ${row.provider_id} AND idx = ${row.idx}`.execute(
+      h.database.db,
+    );
+    expect(written).toEqual([{ utilization_gpu: 87 }]);
+    // On the same page, with no indexed column changed: PostgreSQL wrote it heap-only, no new gpus_pkey entry.
+    expect(await block()).toBe(row.block);
+  });
+
   it("limits a daemon's heartbeat to its owner's machines", async () => {
     const owner = await h.issuer.user(['provider']);
     const daemon = await h.issuer.client('daemon', owner.id);

@@ -19,6 +19,7 @@ import * as offersVramPriceIndex from './20250116000000_offers_vram_price_index.
 import * as disk from './20250117000000_disk.ts';
 import * as bids from './20250118000000_bids.ts';
 import * as livenessHot from './20250119000000_liveness_hot.ts';
+import * as gpusFillfactor from './20250120000000_gpus_fillfactor.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -40,4 +41,5 @@ export const migrations: Record<string, Migration> = {
   '20250117000000_disk': disk,
   '20250118000000_bids': bids,
   '20250119000000_liveness_hot': livenessHot,
+  '20250120000000_gpus_fillfactor': gpusFillfactor,
 };
