@@ -102,7 +102,8 @@ const h100Machine = (over: Record<string, unknown> = {}) =>
     ...over,
   });
 
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 8000): Promise<T> {
+// Polls until `done` holds: a generous deadline costs nothing when it does, and a busy machine can be slow.
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await read();

@@ -101,7 +101,8 @@ describe('objectStore', () => {
     await expect(
       strict.upload({ bucket, key: 'slow/aborted.bin' }, Readable.from(abortedMidway()), { signal: caller.signal }),
     ).rejects.toThrow();
-    await expect(strict.head({ bucket, key: 'slow/aborted.bin' })).rejects.toMatchObject({ status: 404 });
+    // Asked without the 300 ms limit, which a busy machine could outlast on an ordinary HEAD.
+    await expect(admin.head({ bucket, key: 'slow/aborted.bin' })).rejects.toMatchObject({ status: 404 });
   });
 
   it('keeps slashes in keys, in a named bucket and (encoded) in the default one', async () => {

@@ -271,7 +271,9 @@ describe('request logger and abort signal (made on first use)', () => {
   const aborted: string[] = [];
 
   beforeAll(async () => {
-    const config = baseConfigSchema.parse({ request_timeout: '150ms', access: issuer.accessConfig });
+    // As generous as the app's above: /note's first request fetches the issuer's keys over HTTP, which a busy machine
+    // can take longer than a short limit for (and /note then answers 503, unlogged).
+    const config = baseConfigSchema.parse({ request_timeout: '2s', access: issuer.accessConfig });
     const logger = createLogger({
       service: 'quiet',
       instanceId: 'i-2',

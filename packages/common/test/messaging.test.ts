@@ -108,7 +108,8 @@ describe('NATS publisher (JetStream)', () => {
     const later = `${streamName}_LATER`;
     const waits: number[] = [];
     const found = awaitStream(jsm, `later.${suffix}.x`, { signal, onWait: (n) => waits.push(n) });
-    await new Promise((r) => setTimeout(r, 400));
+    // Made once it has asked and missed (not after a fixed pause, which a busy machine can outlast before asking).
+    await expect.poll(() => waits.length, { timeout: 20_000 }).toBeGreaterThan(0);
     expect(await jsm.streams.info(later).catch(() => null)).toBeNull();
     await ensureStream(jsm, { name: later, subjects: [`later.${suffix}.>`] });
     expect(await found).toBe(later);
@@ -194,15 +195,18 @@ describe('serving requests a turn at a time (handleBatch)', () => {
     });
     await server.ready;
     // One client's requests, sent in one go (they reach the server in one read or few, each read's handed over
-    // together).
-    const ask = (n: string) => nc.request(subjectOf(n), '', { timeout: 3_000 });
+    // together). Those answered wait up to 20 s, which costs nothing when they are answered; those never answered
+    // wait 3 s, which the test waits out.
+    const ask = (n: string, timeout = 20_000) => nc.request(subjectOf(n), '', { timeout });
     const [quick, other] = [ask('quick'), ask('other')];
     const slow = ask('slow');
-    const silent = ask('silent').catch((err: Error) => err);
-    const forgotten = ask('forgotten').catch((err: Error) => err);
+    const silent = ask('silent', 3_000).catch((err: Error) => err);
+    const forgotten = ask('forgotten', 3_000).catch((err: Error) => err);
     expect((await quick).json()).toEqual({ name: 'quick' });
     expect((await other).json()).toEqual({ name: 'other' });
-    await expect.poll(() => batches.flat()).toEqual(['quick', 'other', 'slow', 'silent', 'forgotten']);
+    await expect
+      .poll(() => batches.flat(), { timeout: 20_000 })
+      .toEqual(['quick', 'other', 'slow', 'silent', 'forgotten']);
     // The slow one is still in hand, unanswered: stop() waits for it.
     let stopped = false;
     const stopping = server.stop().then(() => {

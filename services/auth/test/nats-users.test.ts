@@ -121,7 +121,10 @@ describe('NATS users of provider daemons', () => {
       nc.publish(`${DAEMON_NATS_SUBJECTS.heartbeats}.${machine}`);
       await nc.flush();
       await platform.flush();
-      await expect.poll(() => seen).toEqual([`${DAEMON_NATS_SUBJECTS.heartbeats}.${own}.${machine}`]);
+      // Waited for up to 20 s (1 s by default), which a busy machine can need and costs nothing once it is there.
+      await expect
+        .poll(() => seen, { timeout: 20_000 })
+        .toEqual([`${DAEMON_NATS_SUBJECTS.heartbeats}.${own}.${machine}`]);
       sub.unsubscribe();
     } finally {
       await nc.close().catch(() => {});

@@ -79,7 +79,8 @@ describe('billing under its own database role', () => {
     expect(pause.statusCode, pause.body).toBe(200);
     const trail = async () => (await h.app.inject({ url: '/api/v1/billing/audit?action=payouts_paused' })).json();
     let events = await trail();
-    for (let i = 0; i < 100 && events.length === 0; i++) {
+    // Up to 20 s of polling (it stops once the event is there): a busy machine can be slow to write it.
+    for (let i = 0; i < 400 && events.length === 0; i++) {
       await new Promise((r) => setTimeout(r, 50));
       events = await trail();
     }

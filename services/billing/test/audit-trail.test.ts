@@ -17,7 +17,8 @@ let L: Localnet;
 async function eventually(query: string, n: number) {
   const read = async () => (await h.app.inject({ url: `/api/v1/billing/audit?${query}` })).json();
   let events = await read();
-  for (let i = 0; i < 200 && events.length < n; i++) {
+  // Up to 20 s of polling (it stops once they are there): a busy machine can be slow to write them.
+  for (let i = 0; i < 400 && events.length < n; i++) {
     await new Promise((r) => setTimeout(r, 50));
     events = await read();
   }
@@ -54,7 +55,7 @@ describe('the audit trail of money going out', () => {
     // Each event is written once its answer is sent: read until both are there.
     const read = () => h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
     let trail = await read();
-    for (let i = 0; i < 50 && trail.json().length < 2; i++) {
+    for (let i = 0; i < 400 && trail.json().length < 2; i++) {
       await new Promise((r) => setTimeout(r, 50));
       trail = await read();
     }
@@ -86,7 +87,7 @@ describe('the audit trail of money going out', () => {
     const actedFor = () =>
       h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&actor_id=${encodeURIComponent(daemon.id)}` });
     let acted = await actedFor();
-    for (let i = 0; i < 50 && acted.json().length < 1; i++) {
+    for (let i = 0; i < 400 && acted.json().length < 1; i++) {
       await new Promise((r) => setTimeout(r, 50));
       acted = await actedFor();
     }

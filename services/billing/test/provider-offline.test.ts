@@ -71,7 +71,8 @@ async function statusEvent(providerId: string, status: string, occurredAt = new 
 const session = (id: string) =>
   h.db.selectFrom('rental_sessions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
 
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 5000): Promise<T> {
+// Polls until `done` holds: a generous deadline costs nothing when it does, and a busy machine can be slow.
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await read();

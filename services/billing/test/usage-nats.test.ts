@@ -25,7 +25,8 @@ afterAll(async () => {
 const records = (sessionId: string) =>
   h.db.selectFrom('usage_records').selectAll().where('session_id', '=', sessionId).orderBy('created_at').execute();
 
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 5000): Promise<T> {
+// Polls until `done` holds: a generous deadline costs nothing when it does, and a busy machine can be slow.
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await read();

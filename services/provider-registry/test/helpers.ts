@@ -169,8 +169,11 @@ export class EventCollector {
     return this.messages.filter((m) => m.data.provider_id === providerId);
   }
 
-  /** Waits until `predicate` holds for the collected messages (at most `ms`). */
-  async waitFor(predicate: () => boolean, ms = 3000): Promise<void> {
+  /**
+   * Waits until `predicate` holds for the collected messages (at most `ms`: generous, as it costs nothing when they
+   * arrive, and a busy machine can be slow to deliver them).
+   */
+  async waitFor(predicate: () => boolean, ms = 20_000): Promise<void> {
     const deadline = Date.now() + ms;
     while (!predicate()) {
       if (Date.now() > deadline) throw new Error(`events did not arrive: ${JSON.stringify(this.messages)}`);

@@ -152,7 +152,10 @@ describe('a resumable upload', () => {
     });
     expect([0, -1, 400]).toContain(status);
     // The part is not there: the upload holds nothing.
-    await expect.poll(async () => (await as(renter, { url: `/uploads/${upload.upload_id}` })).json().parts).toEqual([]);
+    // Waited for up to 20 s (1 s by default): a busy machine can be slow to drop the cut part.
+    await expect
+      .poll(async () => (await as(renter, { url: `/uploads/${upload.upload_id}` })).json().parts, { timeout: 20_000 })
+      .toEqual([]);
     expect((await putPart(renter, upload.upload_id, 1, Buffer.from('whole'))).statusCode).toBe(200);
     const done = await as(renter, { method: 'POST', url: `/uploads/${upload.upload_id}/complete`, payload: {} });
     expect(done.json().size).toBe(5);
@@ -364,7 +367,7 @@ describe('expiry', () => {
       expect(part.statusCode).toBe(200);
       expect(await storeUploads(bucket)).toHaveLength(1);
       // The sweeper (every 1 s here) aborts it at the store; the service forgets it.
-      await expect.poll(() => storeUploads(bucket), { timeout: 8000, interval: 250 }).toEqual([]);
+      await expect.poll(() => storeUploads(bucket), { timeout: 20_000, interval: 250 }).toEqual([]);
       expect((await call({ url: `/uploads/${upload.upload_id}` })).json().code).toBe('UPLOAD_NOT_FOUND');
       expect((await call({ url: '/uploads' })).json()).toEqual([]);
     } finally {

@@ -167,7 +167,7 @@ describe('the raw byte bridge of a forwarded port', () => {
   const pair = async (): Promise<{ app: net.Socket; bridged: net.Socket }> => {
     const app = net.connect((local.address() as AddressInfo).port, '127.0.0.1');
     await new Promise((resolve) => app.once('connect', resolve));
-    await expect.poll(() => accepted.length).toBeGreaterThan(0);
+    await expect.poll(() => accepted.length, { timeout: 20_000 }).toBeGreaterThan(0);
     return { app, bridged: accepted.shift()! };
   };
 
@@ -235,7 +235,7 @@ describe('the raw byte bridge of a forwarded port', () => {
       got += String(d);
     });
     expect(await bridgeRaw(ctx(), '/stream?port=2', bridged)).toEqual({ code: 1006, reason: 'the stream was cut' });
-    await expect.poll(() => got).toBe('hello');
+    await expect.poll(() => got, { timeout: 20_000 }).toBe('hello');
     app.destroy();
   });
 

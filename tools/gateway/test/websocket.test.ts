@@ -291,7 +291,9 @@ describe.each(engines)('WebSocket upgrades through $name', (engine) => {
     const before = backend.closes.length;
     caller.ws.close(4000, 'the renter is done');
     expect(await caller.closed).toEqual({ code: 4000, reason: 'the renter is done' });
-    await expect.poll(() => backend.closes.slice(before)).toContainEqual({ code: 4000, reason: 'the renter is done' });
+    await expect
+      .poll(() => backend.closes.slice(before), { timeout: 20_000 })
+      .toContainEqual({ code: 4000, reason: 'the renter is done' });
 
     const served = await open(`${ws}/providers/abc/exec`);
     await served.next();

@@ -297,9 +297,9 @@ describe('provider daemon', () => {
         await new Promise((r) => setTimeout(r, 5));
         await daemon.heartbeat();
         // Each is applied, asked or not.
-        await expect.poll(seen, { timeout: 10_000 }).toBeGreaterThan(before);
+        await expect.poll(seen, { timeout: 20_000 }).toBeGreaterThan(before);
       }
-      await expect.poll(() => asked.length).toBe(7);
+      await expect.poll(() => asked.length, { timeout: 20_000 }).toBe(7);
       // The first asks (nothing answered yet, and its metrics are all new), then one in three; the fifth has metrics.
       expect(asked).toEqual([true, false, false, true, true, false, false]);
       watch.unsubscribe();

@@ -544,7 +544,8 @@ describe('a server inside the workload, reached through the platform', () => {
       const stopping = Date.now();
       await second.close();
       secondClosed = true;
-      expect(Date.now() - stopping).toBeLessThan(5_000);
+      // Short of its shutdown timeout (10 s), with room for a busy machine.
+      expect(Date.now() - stopping).toBeLessThan(8_000);
       await idleEnded;
     } finally {
       await balanced.stop();
@@ -667,7 +668,8 @@ describe('a server inside the workload, reached through the platform', () => {
     // Closed by the relay (1001, the session ended) or, first, by the workload's end (1000): closed either way.
     expect([1000, 1001]).toContain(await closed);
     await rawClosed;
-    expect(Date.now() - endedAt).toBeLessThan(5_000);
+    // Ended by the session's end (checked every 200 ms here); the bound leaves a busy machine room.
+    expect(Date.now() - endedAt).toBeLessThan(15_000);
     expect(await portForward(r.id, 8000, r.headers)).toMatchObject({
       status: 409,
       problem: { code: 'SESSION_NOT_ACTIVE' },

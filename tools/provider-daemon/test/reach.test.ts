@@ -185,7 +185,8 @@ describe('a renter reaches the workload they rent', () => {
       },
     });
     const res = await open;
-    expect(Date.now() - endedAt).toBeLessThan(5_000);
+    // Ended by the session's end, not by its `sleep 120`; the bound leaves a busy machine room.
+    expect(Date.now() - endedAt).toBeLessThan(30_000);
     expect(res.status).toMatchObject({ status: 'Failure' });
     const after = await exec(billingUrl, r.headers, r.id, ['true']);
     expect(after.refused).toMatchObject({ status: 409, problem: { code: 'SESSION_NOT_ACTIVE' } });
@@ -279,7 +280,8 @@ describe('a renter reaches the workload they rent', () => {
         }, 300);
       },
     });
-    expect(Date.now() - stoppedAt).toBeLessThan(3_000);
+    // Ended by the lost connection, not by its `sleep 120`; the bound leaves a busy machine room.
+    expect(Date.now() - stoppedAt).toBeLessThan(30_000);
     expect(res.status).toMatchObject({ status: 'Failure', message: 'the connection to the machine was lost' });
     const meanwhile = await until(
       () => exec(billingUrl, r.headers, r.id, ['true']),

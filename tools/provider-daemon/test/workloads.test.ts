@@ -103,8 +103,9 @@ describe("the daemon runs renters' workloads", () => {
         () => workloadOf(r.headers, r.id),
         (w) => w.state === 'stopped',
       );
-      // One poll (200 ms) and the grace period (500 ms): it ignored SIGTERM and was killed.
-      expect(Date.now() - asked).toBeLessThan(3000);
+      // One poll (200 ms) and the grace period (500 ms): it ignored SIGTERM and was killed. The bound leaves a busy
+      // machine room, and stays short of the default grace (10 s).
+      expect(Date.now() - asked).toBeLessThan(8000);
       expect(stopped).toMatchObject({ state: 'stopped', reason: 'session_ended' });
       expect(stopped.session.end_reason).toBe(end.json().session.end_reason);
     } finally {
@@ -338,22 +339,33 @@ describe("the daemon runs renters' workloads", () => {
     // Billing's outbox relay, as its background runs it: events out on `billing.events.<kind>`.
     const relay = new OutboxRelay(rig.billing.db, publisher, { subject: 'billing.events', logger });
     relay.start(50);
+    let subscribed!: () => void;
+    const listening = new Promise<void>((resolve) => {
+      subscribed = resolve;
+    });
     const runner = new WorkloadRunner({
       ...m.deps,
-      nudges: (subject, onMessage) => publisher.connection.subscribe(subject, { callback: () => onMessage() }),
+      nudges: (subject, onMessage) => {
+        const sub = publisher.connection.subscribe(subject, { callback: () => onMessage() });
+        subscribed();
+        return sub;
+      },
     });
     // Its first poll finds nothing, subscribes to the machine's subject, and would look again in a minute.
     runner.run();
     try {
-      await new Promise((r) => setTimeout(r, 500));
+      // Rented once it listens (a fixed pause could end first on a busy machine, and the nudge go unheard).
+      await listening;
       const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
       const asked = Date.now();
+      // Well within the minute its next poll would take, with room for a busy machine: the nudge woke it.
       const running = await until(
         () => workloadOf(r.headers, r.id),
         (w) => w.state === 'running',
+        30_000,
       );
       expect(running.state).toBe('running');
-      expect(Date.now() - asked).toBeLessThan(5000);
+      expect(Date.now() - asked).toBeLessThan(30_000);
       const end = await rig.billing.app.inject({
         method: 'POST',
         url: '/api/v1/billing/end-session',
@@ -365,9 +377,10 @@ describe("the daemon runs renters' workloads", () => {
       const stopped = await until(
         () => workloadOf(r.headers, r.id),
         (w) => w.state === 'stopped',
+        30_000,
       );
       expect(stopped).toMatchObject({ state: 'stopped', reason: 'session_ended' });
-      expect(Date.now() - ended).toBeLessThan(5000);
+      expect(Date.now() - ended).toBeLessThan(30_000);
     } finally {
       await runner.stop();
       await relay.stop();

@@ -319,8 +319,11 @@ export function useWorkloadRig(
   return rig;
 }
 
-/** Reads until `done` says yes (or `ms` passed): the last value read. */
-export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 10_000): Promise<T> {
+/**
+ * Reads until `done` says yes (or `ms` passed): the last value read. Generous by default, as it costs nothing when
+ * `done` comes, and a busy machine can be slow.
+ */
+export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await read();
