@@ -563,10 +563,15 @@ describe('billing and the provider registry', () => {
     expect(again.statusCode).toBe(404);
     expect(again.json().code).toBe('RESERVATION_NOT_FOUND');
 
-    // The last GPU, reserved for a second, is free again once the reservation expires; a cancelled one at once.
-    expect((await reserve(other.userId, 1, 1)).statusCode).toBe(201);
+    // The last GPU, reserved for a few seconds, is free again once the reservation expires; a cancelled one at once.
+    // (A few, not one: the second reservation must be refused while the first holds, however busy the machine.)
+    const ttlSeconds = 4;
+    const reservedAt = Date.now();
+    const briefly = await reserve(other.userId, 1, ttlSeconds);
+    expect(briefly.statusCode).toBe(201);
     expect((await reserve(renter.userId, 1)).json().code).toBe('PROVIDER_NOT_AVAILABLE');
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(briefly.json().expires_at) - Date.now()) + 100));
+    expect(Date.now() - reservedAt).toBeGreaterThanOrEqual(ttlSeconds * 1000);
     const late = await reserve(renter.userId, 1);
     expect(late.statusCode, late.body).toBe(201);
     const cancelled = await call(billing, scheduler, 'DELETE', `/billing/reservations/${late.json().id}`);
