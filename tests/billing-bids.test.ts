@@ -421,6 +421,51 @@ describe('interruptible leases at a bid', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('places a job at a bid on the one machine that takes bids behind a page of cheaper ones that take none', {
+    timeout: 60_000,
+  }, async () => {
+    const relay = relayToRegistry();
+    await announcePrices(billing.ctx);
+    const region = `bid-page-${randomUUID().slice(0, 8)}`;
+    // More machines that take no bids, all cheaper, than the placer reads in a page of the market (50).
+    const { user, tokens } = await platform.verifiedUser(['provider']);
+    const owner = { authorization: `Bearer ${tokens.access_token}`, 'content-type': 'application/json' };
+    const register = async () => {
+      const res = await fetch(`${platform.registryUrl}/providers`, {
+        method: 'POST',
+        headers: owner,
+        body: JSON.stringify(providerBody({ owner_id: user.id, gpus: [gpu(H100)], location: region })),
+      });
+      expect(res.status).toBe(201);
+      return ((await res.json()) as { id: string }).id;
+    };
+    for (let i = 0; i < 55; i++) await register();
+    // The one that takes bids, its own H100 rate dearer than any of theirs.
+    const taker = await register();
+    const rates = await call('PUT', `/provider/${taker}/rates`, owner, {
+      base_rates: { H100: '90' },
+      bid_floor: '0.5',
+    });
+    expect(rates.statusCode, rates.body).toBe(200);
+    await relay.flush();
+    const r = await renter();
+    const submitted = await call('POST', '/billing/jobs', r.headers, {
+      wallet_id: r.walletId,
+      gpu_count: 1,
+      gpu_model: 'H100',
+      region,
+      max_price_per_gpu_hour: '100',
+      bid_per_gpu_hour: '1',
+      spend_cap: '50',
+      workload: { command: ['true'], max_runtime_seconds: 600 },
+    });
+    expect(submitted.statusCode, submitted.body).toBe(201);
+    await placeJobs(billing.ctx, billing.config.jobs, { capacity: true });
+    const job = (await call('GET', `/billing/jobs/${submitted.json().id}`, r.headers)).json();
+    expect(job.state, JSON.stringify(job)).toBe('running');
+    expect(job.attempts.at(-1).provider_id).toBe(taker);
+  });
+
   it('places a job at a bid where it can win GPUs, and again on another machine when its attempt is taken back', async () => {
     const relay = relayToRegistry();
     await announcePrices(billing.ctx);

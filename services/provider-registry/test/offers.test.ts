@@ -275,6 +275,76 @@ describe('offers', () => {
     expect((await h.app.inject({ method: 'GET', url: '/offers?min_disk=-1' })).statusCode).toBe(400);
   });
 
+  it('are found at a bid: filtered by the bid floor and sorted by it, the floor following the rates', async () => {
+    const where = region();
+    await putCard(CARD);
+    const floors = ['1.5', '0.75', '2', null, '0.9'];
+    const registered = [];
+    for (const _ of floors) registered.push(await register(h.app, { location: where, gpus: [gpu(H100)] }));
+    const machines = registered.map((m) => m.id);
+    const setFloor = async (machine: string, bidFloor: string | null, at = new Date()) => {
+      const res = await deliver(h.app, 'pricing.provider_rates', {
+        provider_id: machine,
+        rates: {
+          base_rates: {},
+          vram_rate_per_gb_hour: null,
+          power_rate_per_watt_hour: null,
+          bid_floor: bidFloor,
+          occurred_at: at.toISOString(),
+        },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+    };
+    for (const [i, floor] of floors.entries()) await setFloor(machines[i]!, floor);
+    const ids = (items: OfferJson[]) => items.map((o) => o.provider_id);
+    const floorOf = (o: OfferJson) => (o.interruptible as { bid_floor: string } | null)?.bid_floor;
+    // At most 1: the machines whose floor a bid of 1 meets, and no machine that takes no bids.
+    expect(ids((await offers(`region=${where}&max_bid=1`)).items).sort()).toEqual([machines[1], machines[4]].sort());
+    expect((await offers(`region=${where}&max_bid=0.74`)).items).toEqual([]);
+    expect(ids((await offers(`region=${where}&max_bid=2`)).items)).toHaveLength(4);
+    // By the floor: only the machines that take bids, lowest first (or highest), a keyset page at a time.
+    const byFloor = async (sort: string) => {
+      const seen: OfferJson[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await offers(`region=${where}&sort=${sort}&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+        seen.push(...page.items);
+        cursor = page.next;
+      } while (cursor);
+      return seen;
+    };
+    expect((await byFloor('bid_floor')).map(floorOf)).toEqual(['0.75', '0.9', '1.5', '2']);
+    expect((await byFloor('-bid_floor')).map(floorOf)).toEqual(['2', '1.5', '0.9', '0.75']);
+    expect((await offers(`region=${where}&sort=bid_floor&max_bid=1.5`)).items.map(floorOf)).toEqual([
+      '0.75',
+      '0.9',
+      '1.5',
+    ]);
+    // The floor follows the machine's rates: raised, dropped (no bids taken), taken up by one that took none.
+    await setFloor(machines[1]!, '3');
+    await setFloor(machines[4]!, null);
+    await setFloor(machines[3]!, '0.5');
+    expect((await byFloor('bid_floor')).map((o) => [o.provider_id, floorOf(o)])).toEqual([
+      [machines[3], '0.5'],
+      [machines[0], '1.5'],
+      [machines[2], '2'],
+      [machines[1], '3'],
+    ]);
+    // A machine's GPUs written again (a full update) keep the floor on its new offers.
+    const { id: _id, registered_at: _at, last_seen_at: _seen, ...body } = registered[3]!;
+    const update = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${machines[3]}`,
+      payload: { ...body, gpus: [gpu(H100), gpu(H100)] },
+    });
+    expect(update.statusCode, update.body).toBe(200);
+    const [updated] = (await offers(`region=${where}&max_bid=0.5`)).items;
+    expect(updated).toMatchObject({ provider_id: machines[3], gpu_count: 2, interruptible: { bid_floor: '0.5' } });
+    // Off the market (rented): not found at a bid either.
+    await rent(h.app, machines[3]!);
+    expect((await offers(`region=${where}&max_bid=0.5`)).items).toEqual([]);
+  });
+
   it('page through the market by keyset in each order, every offer once', async () => {
     const where = region();
     await putCard(CARD);
@@ -341,6 +411,8 @@ describe('offers', () => {
     for (const q of [
       'max_price=-1',
       'max_price=1e3',
+      'max_bid=-1',
+      'max_bid=0.5.1',
       'min_free_gpus=0',
       'min_gpus=0',
       'availability=some',

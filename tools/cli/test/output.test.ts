@@ -229,15 +229,15 @@ describe('gpu offers', () => {
     const table = await renter.gpu(['offers', '--region', region]);
     expect(table.code, table.stderr).toBe(0);
     const rowOf = (id: string) => table.stdout.split('\n').find((line) => line.includes(id)) ?? '';
-    // The A100: 2 + 80 GB × 0.02 + 400 W × 0.001 = 4 a GPU-hour, 0.05 a GB-hour.
+    // The A100: 2 + 80 GB × 0.02 + 400 W × 0.001 = 4 a GPU-hour, 0.05 a GB-hour; no bid floor (it takes no bids).
     expect(rowOf(machines.a100)).toMatch(
-      /│ 1\.00 +│ 4\.000000 +│ 0\.050000 +│ 2\.000000 \+ 80 GB × 0\.02 \+ 400 W × 0\.001 +│/,
+      /│ 1\.00 +│ 4\.000000 +│ 0\.050000 +│ +│ 2\.000000 \+ 80 GB × 0\.02 \+ 400 W × 0\.001 +│/,
     );
     // The H100: 6.29294921875 shown half-even to six decimals; its VRAM in GB as its driver counts it.
     expect(rowOf(machines.h100)).toContain('│ 79.6 GB │');
     expect(rowOf(machines.h100)).toMatch(/│ 200\.0 GB +│/);
     expect(rowOf(machines.h100)).toMatch(
-      /│ 6\.292949 +│ 0\.079010 +│ 4\.000000 \+ 79\.647 GB × 0\.02 \+ 700 W × 0\.001 +│/,
+      /│ 6\.292949 +│ 0\.079010 +│ +│ 4\.000000 \+ 79\.647 GB × 0\.02 \+ 700 W × 0\.001 +│/,
     );
 
     // The provider sets the H100's own base rate: billing tells the registry, and the offer shows it, marked.
@@ -252,10 +252,39 @@ describe('gpu offers', () => {
     const parts = h100.price_parts;
     expect(new Decimal(parts.base!).plus(parts.vram!).plus(parts.power!).eq(h100.price_per_gpu_hour)).toBe(true);
     const again = await renter.gpu(['offers', '--region', region, '--gpu-model', 'H100']);
-    expect(again.stdout).toMatch(/│ 5\.292949 +│ [0-9.]+ +│ 3\.000000\* \+ 79\.647 GB × 0\.02 \+ 700 W × 0\.001 +│/);
+    expect(again.stdout).toMatch(/│ 5\.292949 +│ [0-9.]+ +│ +│ 3\.000000\* \+ 79\.647 GB × 0\.02 \+ 700 W × 0\.001 +│/);
     // The help says what the mark means.
     const help = (await renter.gpu(['offers', '--help'])).stdout.replace(/\s+/g, ' ');
     expect(help).toContain("* marks the machine's own rate, the others are the platform's");
+  });
+
+  it('finds the machines that take bids, at most a bid floor, lowest floor first, and shows each floor', {
+    timeout: 60_000,
+  }, async () => {
+    const { a100, rtx } = machines;
+    // Their owner takes bids on two of them (the platform's prices still apply to the rest).
+    for (const [machine, floor] of [
+      [rtx, '0.3'],
+      [a100, '1.2'],
+    ] as const) {
+      const set = await provider.gpu(['rates', 'set', machine!, '--bid-floor', floor]);
+      expect(set.code, set.stderr).toBe(0);
+    }
+    await eventually(
+      () => search('--max-bid', '2'),
+      (found) => found.length === 2,
+    );
+    expect(await search('--max-bid', '1')).toEqual([rtx]);
+    expect(await search('--max-bid', '0.29')).toEqual([]);
+    expect(await search('--sort', 'bid_floor')).toEqual([rtx, a100]);
+    expect(await search('--sort', '-bid_floor')).toEqual([a100, rtx]);
+    const table = await renter.gpu(['offers', '--region', region, '--max-bid', '2']);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toContain('bid floor');
+    expect(table.stdout.split('\n').find((line) => line.includes(rtx!))).toMatch(/│ 0\.300000 +│/);
+    const none = await renter.gpu(['offers', '--region', region, '--max-bid', '0.1']);
+    expect(none.stderr).toBe(`no offer matches --max-bid 0.1 --region ${region} (fewer filters find more)\n`);
+    expect((await renter.gpu(['offers', '--max-bid', 'cheap'])).code).toBe(2);
   });
 });
 

@@ -1083,6 +1083,8 @@ export interface operations {
                 gpu_model?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
+                /** @description machines that take bids, with a bid floor per GPU-hour at most this (tokens): with the default `availability`, the groups where a bid of this wins a free GPU now */
+                max_bid?: string;
                 /** @description at most this price per GPU-hour (tokens) */
                 max_price?: string;
                 /** @description at least this CUDA compute capability, compared part by part */
@@ -1101,8 +1103,8 @@ export interface operations {
                 min_vram?: number;
                 /** @description the machine's location, case-insensitive */
                 region?: string & unknown;
-                /** @description `price` (per GPU-hour, cheapest first), `-price`, `vram_price` (per GB of VRAM-hour, cheapest first), `-vram_price`, `-reliability` (most reliable first), `reliability` */
-                sort?: "price" | "-price" | "vram_price" | "-vram_price" | "reliability" | "-reliability";
+                /** @description `price` (per GPU-hour, cheapest first), `-price`, `vram_price` (per GB of VRAM-hour, cheapest first), `-vram_price`, `-reliability` (most reliable first), `reliability`, `bid_floor` (the machines that take bids only, lowest floor first), `-bid_floor` */
+                sort?: "price" | "-price" | "vram_price" | "-vram_price" | "reliability" | "-reliability" | "bid_floor" | "-bid_floor";
             };
             header?: never;
             path?: never;

@@ -114,6 +114,7 @@ function registryDirectory(opts: RegistryDirectoryOptions): ProviderDirectory {
         ...(q.gpuModel !== undefined ? { gpu_model: q.gpuModel } : {}),
         ...(q.minVramMb !== undefined ? { min_vram: q.minVramMb } : {}),
         ...(q.maxPrice !== undefined ? { max_price: q.maxPrice } : {}),
+        ...(q.maxBid !== undefined ? { max_bid: q.maxBid } : {}),
         ...(q.minReliability !== undefined ? { min_reliability: q.minReliability } : {}),
         ...(q.region !== undefined ? { region: q.region } : {}),
       };

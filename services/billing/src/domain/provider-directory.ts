@@ -40,6 +40,8 @@ interface OfferQuery {
   minVramMb?: number;
   /** Tokens per GPU-hour. */
   maxPrice?: string;
+  /** Machines that take bids, with a bid floor (tokens per GPU-hour) at most this. */
+  maxBid?: string;
   minReliability?: number;
   region?: string;
   limit: number;

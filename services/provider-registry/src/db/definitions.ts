@@ -232,7 +232,8 @@ UPDATE offers o SET
   vram_mb = a.min_vram,
   avg_vram_mb = a.avg_vram,
   avg_power_w = a.avg_power,
-  price_per_gpu_hour = offer_price(o.provider_id, o.model_key, a.avg_vram, a.avg_power)
+  price_per_gpu_hour = offer_price(o.provider_id, o.model_key, a.avg_vram, a.avg_power),
+  bid_floor = (SELECT pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = o.provider_id)
 FROM (
   SELECT g.model_key, g.n, g.healthy, g.unrented, g.min_vram,
     (SELECT p.min_gpus_per_rental FROM providers p WHERE p.id = p_id) AS min_gpus,

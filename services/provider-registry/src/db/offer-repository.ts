@@ -246,11 +246,12 @@ export async function markRepriced(db: Db, occurredAt: Date): Promise<void> {
   );
 }
 
-/** Prices a machine's offers again (its own rates changed). */
+/** Prices a machine's offers again, and copies its bid floor onto them (its own rates changed). */
 export async function repriceProvider(trx: Transaction<RegistryDB>, providerId: string): Promise<void> {
   await lockOffers(trx, [providerId]);
   await sql`
-    UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
+    UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w),
+      bid_floor = (SELECT pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = offers.provider_id)
     WHERE provider_id = ${providerId}::uuid`.execute(trx);
 }
 
@@ -297,6 +298,7 @@ const vramPriceSql = sql`round(o.price_per_gpu_hour * 1024 / greatest(o.vram_mb,
 /** The column (or expression) a sort key orders by, and the type a cursor's value is read as. */
 function sortColumn(key: OfferSortKey): { column: RawBuilder<unknown>; type: RawBuilder<unknown> } {
   if (key === 'reliability') return { column: sql`o.reliability`, type: sql`float8` };
+  if (key === 'bid_floor') return { column: sql`o.bid_floor`, type: sql`numeric` };
   return { column: key === 'price' ? sql`o.price_per_gpu_hour` : vramPriceSql, type: sql`numeric` };
 }
 
@@ -317,6 +319,9 @@ export async function searchOffers(db: Db, f: OfferFilter): Promise<OfferRow[]> 
   if (f.availability !== 'any') where.push(sql<boolean>`o.free_gpus > 0`);
   if (f.min_gpus !== undefined) where.push(sql<boolean>`o.gpu_count >= ${f.min_gpus}`);
   if (f.max_price !== undefined) where.push(sql<boolean>`o.price_per_gpu_hour <= ${f.max_price}::numeric`);
+  // At a bid: machines that take bids (a floor), at most `max_bid`; the floor's sort lists those machines only.
+  if (f.max_bid !== undefined) where.push(sql<boolean>`o.bid_floor <= ${f.max_bid}::numeric`);
+  else if (key === 'bid_floor') where.push(sql<boolean>`o.bid_floor IS NOT NULL`);
   if (f.min_free_gpus !== undefined) where.push(sql<boolean>`o.free_gpus >= ${f.min_free_gpus}`);
   if (f.gpu_model !== undefined) where.push(sql<boolean>`o.model_key = ${f.gpu_model}`);
   if (f.min_vram !== undefined) where.push(sql<boolean>`o.vram_mb >= ${f.min_vram}`);

@@ -139,6 +139,8 @@ interface OffersTable {
   disk_mb: number | null;
   status: string;
   price_per_gpu_hour: Generated<string | null>;
+  /** The machine's bid floor (`provider_prices.bid_floor`; null: it takes no bids): the offer bid floor migration. */
+  bid_floor: Generated<string | null>;
   reliability: Generated<number>;
   uptime_30d: Generated<number | null>;
   observed_seconds_30d: Generated<number>;

@@ -6,23 +6,35 @@
  * today (learnt from billing's price events: the machine's own rates or the platform's), and its reliability. Never
  * the owner, host name or address.
  *
- * Search: filters on price, free GPUs, model, VRAM, architecture, reliability, driver and compute capability
- * (versions compared part by part: `550.54` < `550.100`), region, disk; sorted by price (cheapest first, or dearest), by
- * price per GB of VRAM (`vram_price`: the price per GPU-hour over the GPUs' smallest VRAM, cheapest first, or dearest)
- * or by reliability (most reliable first, or least); keyset paging (the sort value, then the machine and model).
+ * Search: filters on price, bid floor, free GPUs, model, VRAM, architecture, reliability, driver and compute
+ * capability (versions compared part by part: `550.54` < `550.100`), region, disk; sorted by price (cheapest first, or
+ * dearest), by price per GB of VRAM (`vram_price`: the price per GPU-hour over the GPUs' smallest VRAM, cheapest first,
+ * or dearest), by reliability (most reliable first, or least) or by bid floor (`bid_floor`: the machines that take bids
+ * only, lowest floor first, or highest); keyset paging (the sort value, then the machine and model).
  */
 import { decodeCursor, encodeCursor, gpuModelKey } from '@gpu/common';
 import type { GpuInput } from './gpu-fields.ts';
 
-export const OFFER_SORTS = ['price', '-price', 'vram_price', '-vram_price', 'reliability', '-reliability'] as const;
+export const OFFER_SORTS = [
+  'price',
+  '-price',
+  'vram_price',
+  '-vram_price',
+  'reliability',
+  '-reliability',
+  'bid_floor',
+  '-bid_floor',
+] as const;
 export type OfferSort = (typeof OFFER_SORTS)[number];
-export type OfferSortKey = 'price' | 'vram_price' | 'reliability';
+export type OfferSortKey = 'price' | 'vram_price' | 'reliability' | 'bid_floor';
 
 /** Decimals of an offer's price per GB of VRAM (a quotient: its value, its sort and its cursor are all rounded so). */
 export const VRAM_PRICE_SCALE = 9;
 
 export interface OfferFilter {
   max_price?: string;
+  /** Machines that take bids, with a bid floor at most this (per GPU-hour). */
+  max_bid?: string;
   min_free_gpus?: number;
   /** At least this many GPUs in the group, free or not. */
   min_gpus?: number;

@@ -42,13 +42,21 @@ const version = (what: string) =>
     .optional()
     .describe(`at least this ${what}, compared part by part`);
 
-const offerQuerySchema = z.object({
-  max_price: z
+/** A price per GPU-hour a renter asks at most (tokens, a non-negative decimal). */
+const priceAtMost = (what: string) =>
+  z
     .string()
     .max(51)
     .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal')
     .optional()
-    .describe('at most this price per GPU-hour (tokens)'),
+    .describe(what);
+
+const offerQuerySchema = z.object({
+  max_price: priceAtMost('at most this price per GPU-hour (tokens)'),
+  max_bid: priceAtMost(
+    'machines that take bids, with a bid floor per GPU-hour at most this (tokens): with the default `availability`, ' +
+      'the groups where a bid of this wins a free GPU now',
+  ),
   min_free_gpus: queryInteger(1, 1024).optional().describe('at least this many free GPUs'),
   min_gpus: queryInteger(1, 1024).optional().describe('at least this many GPUs in the group, free or not'),
   availability: z
@@ -77,7 +85,8 @@ const offerQuerySchema = z.object({
     .default('price')
     .describe(
       '`price` (per GPU-hour, cheapest first), `-price`, `vram_price` (per GB of VRAM-hour, cheapest first), ' +
-        '`-vram_price`, `-reliability` (most reliable first), `reliability`',
+        '`-vram_price`, `-reliability` (most reliable first), `reliability`, `bid_floor` (the machines that take ' +
+        'bids only, lowest floor first), `-bid_floor`',
     ),
   ...pageQuery,
 });

@@ -17,12 +17,22 @@ import { gigabytes, score, tokens } from '../format.ts';
 type Offer = RegistrySchemas['Offer'];
 
 /** The orders the market sorts by: the registry's own names. */
-const SORTS = ['price', '-price', 'vram_price', '-vram_price', 'reliability', '-reliability'] as const;
+const SORTS = [
+  'price',
+  '-price',
+  'vram_price',
+  '-vram_price',
+  'reliability',
+  '-reliability',
+  'bid_floor',
+  '-bid_floor',
+] as const;
 
 interface OfferOptions {
   gpuModel?: string;
   minFreeGpus?: number;
   maxPrice?: string;
+  maxBid?: string;
   minVram?: number;
   minDisk?: number;
   minDriver?: string;
@@ -40,6 +50,7 @@ function filtersGiven(o: OfferOptions): string {
     ['--gpu-model', o.gpuModel],
     ['--min-free-gpus', o.minFreeGpus],
     ['--max-price', o.maxPrice],
+    ['--max-bid', o.maxBid],
     ['--min-vram', o.minVram === undefined ? undefined : gigabytes(o.minVram)],
     ['--min-disk', o.minDisk === undefined ? undefined : gigabytes(o.minDisk)],
     ['--min-driver', o.minDriver],
@@ -86,6 +97,11 @@ export function marketCommands(program: Command) {
     .option('--min-free-gpus <n>', 'at least this many free GPUs', count('--min-free-gpus'))
     .option('--max-price <tokens>', 'at most this price per GPU-hour', amount('--max-price'))
     .option(
+      '--max-bid <tokens>',
+      'machines that take bids (gpu rent --bid), with a bid floor per GPU-hour at most this: a bid of it wins a free GPU',
+      amount('--max-bid'),
+    )
+    .option(
       '--min-vram <size>',
       'every GPU has at least this VRAM: MB (40960) or GB (80GB; drivers count 1024 MB a GB: an 80 GB card has 79.6)',
       megabytes('--min-vram'),
@@ -112,7 +128,8 @@ export function marketCommands(program: Command) {
       new Option(
         '--sort <order>',
         'price (per GPU-hour, cheapest first), vram_price (per GB of VRAM-hour, cheapest first), reliability ' +
-          '(least reliable first); a leading - turns it round: -reliability is the most reliable first',
+          '(least reliable first), bid_floor (machines that take bids, lowest floor first); a leading - turns it ' +
+          'round: -reliability is the most reliable first',
       ).choices(SORTS),
     )
     .option('--limit <n>', 'at most this many (1-1000)', count('--limit'), 20)
@@ -122,6 +139,7 @@ export function marketCommands(program: Command) {
         ...(opts.gpuModel ? { gpu_model: opts.gpuModel } : {}),
         ...(opts.minFreeGpus ? { min_free_gpus: opts.minFreeGpus } : {}),
         ...(opts.maxPrice ? { max_price: opts.maxPrice } : {}),
+        ...(opts.maxBid ? { max_bid: opts.maxBid } : {}),
         ...(opts.minVram !== undefined ? { min_vram: opts.minVram } : {}),
         ...(opts.minDisk !== undefined ? { min_disk: opts.minDisk } : {}),
         ...(opts.minDriver ? { min_driver_version: opts.minDriver } : {}),
@@ -158,6 +176,7 @@ export function marketCommands(program: Command) {
           'reliability',
           'price/GPU-h',
           'price/GB-h',
+          'bid floor',
           '= base + VRAM + power',
         ],
         offers.map((o) => [
@@ -172,6 +191,7 @@ export function marketCommands(program: Command) {
           score(o.reliability.score),
           tokens(o.price_per_gpu_hour),
           tokens(o.price_per_vram_gb_hour),
+          o.interruptible ? tokens(o.interruptible.bid_floor) : '',
           priceMadeOf(o),
         ]),
       );

@@ -324,8 +324,10 @@ async function candidates(ctx: BillingContext, terms: JobTerms): Promise<Candida
     ).map((offer): Candidate => ({ offer }));
   const bid = terms.bid_per_gpu_hour;
   if (bid === undefined) return onDemand();
+  // Only machines whose floor the bid meets: among many that take no bids, a page of the market by price alone
+  // could hold none of them.
   const atBid = (
-    await ctx.providers!.offers({ ...common, minGpus: terms.gpu_count, availability: 'any', limit: 50 })
+    await ctx.providers!.offers({ ...common, minGpus: terms.gpu_count, availability: 'any', maxBid: bid, limit: 50 })
   ).flatMap((o) => {
     const i = o.interruptible;
     if (!i || new Dec(i.bidFloor).gt(bid) || i.gpus < terms.gpu_count) return [];

@@ -20,6 +20,7 @@ import * as disk from './20250117000000_disk.ts';
 import * as bids from './20250118000000_bids.ts';
 import * as livenessHot from './20250119000000_liveness_hot.ts';
 import * as gpusFillfactor from './20250120000000_gpus_fillfactor.ts';
+import * as offerBidFloor from './20250121000000_offer_bid_floor.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -42,4 +43,5 @@ export const migrations: Record<string, Migration> = {
   '20250118000000_bids': bids,
   '20250119000000_liveness_hot': livenessHot,
   '20250120000000_gpus_fillfactor': gpusFillfactor,
+  '20250121000000_offer_bid_floor': offerBidFloor,
 };
