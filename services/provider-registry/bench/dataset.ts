@@ -146,6 +146,9 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
      VALUES (1, $1::jsonb, $2::numeric, $3::numeric, now(), now())`,
     [JSON.stringify(DEFAULT_BASE_RATES), DEFAULT_VRAM_RATE_PER_GB_HOUR, DEFAULT_POWER_RATE_PER_WATT_HOUR],
   );
+  // No machine here has rates of its own, so none takes bids: the trigger that gives a new offer its machine's bid
+  // floor (a lookup a row) would find none.
+  await client.query('ALTER TABLE offers DISABLE TRIGGER offers_bid_floor');
   await client.query(`
     INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, unrented_gpus,
                         free_gpus, vram_mb, avg_vram_mb, avg_power_w, architecture, driver_version,
@@ -177,6 +180,7 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
       GROUP BY f.i, g.provider_id, m.mkey, p.status, p.location
     ) o
     CROSS JOIN price_card c`);
+  await client.query('ALTER TABLE offers ENABLE TRIGGER offers_bid_floor');
   return rowCount ?? 0;
 }
 

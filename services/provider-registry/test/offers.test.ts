@@ -278,7 +278,8 @@ describe('offers', () => {
   it('are found at a bid: filtered by the bid floor and sorted by it, the floor following the rates', async () => {
     const where = region();
     await putCard(CARD);
-    const floors = ['1.5', '0.75', '2', null, '0.9'];
+    // Two at the same floor: the machine's ID orders them, across a page's end too.
+    const floors = ['1.5', '0.75', '2', null, '0.9', '1.5'];
     const registered = [];
     for (const _ of floors) registered.push(await register(h.app, { location: where, gpus: [gpu(H100)] }));
     const machines = registered.map((m) => m.id);
@@ -301,7 +302,7 @@ describe('offers', () => {
     // At most 1: the machines whose floor a bid of 1 meets, and no machine that takes no bids.
     expect(ids((await offers(`region=${where}&max_bid=1`)).items).sort()).toEqual([machines[1], machines[4]].sort());
     expect((await offers(`region=${where}&max_bid=0.74`)).items).toEqual([]);
-    expect(ids((await offers(`region=${where}&max_bid=2`)).items)).toHaveLength(4);
+    expect(ids((await offers(`region=${where}&max_bid=2`)).items)).toHaveLength(5);
     // By the floor: only the machines that take bids, lowest first (or highest), a keyset page at a time.
     const byFloor = async (sort: string) => {
       const seen: OfferJson[] = [];
@@ -313,20 +314,29 @@ describe('offers', () => {
       } while (cursor);
       return seen;
     };
-    expect((await byFloor('bid_floor')).map(floorOf)).toEqual(['0.75', '0.9', '1.5', '2']);
-    expect((await byFloor('-bid_floor')).map(floorOf)).toEqual(['2', '1.5', '0.9', '0.75']);
+    const [tieFirst, tieSecond] = [machines[0]!, machines[5]!].sort();
+    const ascending = [machines[1], machines[4], tieFirst, tieSecond, machines[2]];
+    expect(ids(await byFloor('bid_floor'))).toEqual(ascending);
+    expect((await byFloor('bid_floor')).map(floorOf)).toEqual(['0.75', '0.9', '1.5', '1.5', '2']);
+    expect(ids(await byFloor('-bid_floor'))).toEqual([...ascending].reverse());
     expect((await offers(`region=${where}&sort=bid_floor&max_bid=1.5`)).items.map(floorOf)).toEqual([
       '0.75',
       '0.9',
       '1.5',
+      '1.5',
     ]);
+    // A cursor of one direction is refused by the other.
+    const firstPage = await offers(`region=${where}&sort=bid_floor&limit=2`);
+    const turned = await h.app.inject({ method: 'GET', url: `/offers?sort=-bid_floor&cursor=${firstPage.next}` });
+    expect(turned.statusCode).toBe(400);
     // The floor follows the machine's rates: raised, dropped (no bids taken), taken up by one that took none.
     await setFloor(machines[1]!, '3');
     await setFloor(machines[4]!, null);
     await setFloor(machines[3]!, '0.5');
     expect((await byFloor('bid_floor')).map((o) => [o.provider_id, floorOf(o)])).toEqual([
       [machines[3], '0.5'],
-      [machines[0], '1.5'],
+      [tieFirst, '1.5'],
+      [tieSecond, '1.5'],
       [machines[2], '2'],
       [machines[1], '3'],
     ]);
@@ -340,9 +350,10 @@ describe('offers', () => {
     expect(update.statusCode, update.body).toBe(200);
     const [updated] = (await offers(`region=${where}&max_bid=0.5`)).items;
     expect(updated).toMatchObject({ provider_id: machines[3], gpu_count: 2, interruptible: { bid_floor: '0.5' } });
-    // Off the market (rented): not found at a bid either.
+    // Off the market (rented): not found at a bid either, but among every group (what a bid to take GPUs back reads).
     await rent(h.app, machines[3]!);
     expect((await offers(`region=${where}&max_bid=0.5`)).items).toEqual([]);
+    expect(ids((await offers(`region=${where}&max_bid=0.5&availability=any`)).items)).toEqual([machines[3]]);
   });
 
   it('page through the market by keyset in each order, every offer once', async () => {

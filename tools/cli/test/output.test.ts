@@ -262,6 +262,10 @@ describe('gpu offers', () => {
     timeout: 60_000,
   }, async () => {
     const { a100, rtx } = machines;
+    // None takes bids yet: the market sorted by bid floor is empty, and says so.
+    const noBids = await renter.gpu(['offers', '--sort', 'bid_floor']);
+    expect(noBids).toMatchObject({ code: 0, stdout: '' });
+    expect(noBids.stderr).toBe('no offers at a bid: no machine that takes bids has free GPUs on the market now\n');
     // Their owner takes bids on two of them (the platform's prices still apply to the rest).
     for (const [machine, floor] of [
       [rtx, '0.3'],

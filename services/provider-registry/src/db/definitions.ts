@@ -232,8 +232,7 @@ UPDATE offers o SET
   vram_mb = a.min_vram,
   avg_vram_mb = a.avg_vram,
   avg_power_w = a.avg_power,
-  price_per_gpu_hour = offer_price(o.provider_id, o.model_key, a.avg_vram, a.avg_power),
-  bid_floor = (SELECT pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = o.provider_id)
+  price_per_gpu_hour = offer_price(o.provider_id, o.model_key, a.avg_vram, a.avg_power)
 FROM (
   SELECT g.model_key, g.n, g.healthy, g.unrented, g.min_vram,
     (SELECT p.min_gpus_per_rental FROM providers p WHERE p.id = p_id) AS min_gpus,
@@ -366,6 +365,41 @@ END
 `,
   },
   {
+    // A machine's bid floor changed: copied onto its offers (`offers.bid_floor`: what the market filters and sorts
+    // bids by). The machine's row first, as a writer of its offers holds it, so that offers being written meanwhile
+    // are copied to once they commit (and one written after reads the new floor: `offers_bid_floor`); then its offers
+    // in one order (the repricing's), then the copy.
+    name: 'provider_prices_offer_bid_floor',
+    args: '',
+    returns: 'trigger',
+    attributes: 'LANGUAGE plpgsql',
+    body: `
+BEGIN
+  IF TG_OP = 'UPDATE' AND OLD.bid_floor IS NOT DISTINCT FROM NEW.bid_floor THEN
+    RETURN NULL;
+  END IF;
+  PERFORM 1 FROM providers WHERE id = NEW.provider_id FOR SHARE;
+  PERFORM 1 FROM offers WHERE provider_id = NEW.provider_id ORDER BY model_key FOR UPDATE;
+  UPDATE offers SET bid_floor = NEW.bid_floor
+  WHERE provider_id = NEW.provider_id AND bid_floor IS DISTINCT FROM NEW.bid_floor;
+  RETURN NULL;
+END
+`,
+  },
+  {
+    // A new offer carries its machine's bid floor.
+    name: 'offers_bid_floor',
+    args: '',
+    returns: 'trigger',
+    attributes: 'LANGUAGE plpgsql',
+    body: `
+BEGIN
+  NEW.bid_floor := (SELECT pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = NEW.provider_id);
+  RETURN NEW;
+END
+`,
+  },
+  {
     // A provider's narrow liveness row (its heartbeat clock and copies of its status, model summary, owner and bound
     // daemon) is made with it.
     name: 'providers_liveness_insert',
@@ -447,6 +481,18 @@ export const TRIGGERS: readonly TriggerDefinition[] = [
     table: 'gpu_holds',
     timing: 'AFTER INSERT OR UPDATE',
     fn: 'gpu_holds_offer_gpus',
+  },
+  {
+    name: 'provider_prices_offer_bid_floor',
+    table: 'provider_prices',
+    timing: 'AFTER INSERT OR UPDATE OF bid_floor',
+    fn: 'provider_prices_offer_bid_floor',
+  },
+  {
+    name: 'offers_bid_floor',
+    table: 'offers',
+    timing: 'BEFORE INSERT',
+    fn: 'offers_bid_floor',
   },
 ];
 

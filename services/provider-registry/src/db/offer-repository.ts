@@ -246,12 +246,11 @@ export async function markRepriced(db: Db, occurredAt: Date): Promise<void> {
   );
 }
 
-/** Prices a machine's offers again, and copies its bid floor onto them (its own rates changed). */
+/** Prices a machine's offers again (its own rates changed; a trigger has copied its bid floor onto them). */
 export async function repriceProvider(trx: Transaction<RegistryDB>, providerId: string): Promise<void> {
   await lockOffers(trx, [providerId]);
   await sql`
-    UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w),
-      bid_floor = (SELECT pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = offers.provider_id)
+    UPDATE offers SET price_per_gpu_hour = offer_price(provider_id, model_key, avg_vram_mb, avg_power_w)
     WHERE provider_id = ${providerId}::uuid`.execute(trx);
 }
 

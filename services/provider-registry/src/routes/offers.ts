@@ -42,12 +42,12 @@ const version = (what: string) =>
     .optional()
     .describe(`at least this ${what}, compared part by part`);
 
-/** A price per GPU-hour a renter asks at most (tokens, a non-negative decimal). */
+/** A price per GPU-hour a renter asks at most (tokens, a non-negative decimal: any amount billing takes). */
 const priceAtMost = (what: string) =>
   z
     .string()
-    .max(51)
-    .regex(/^\d{1,20}(\.\d{1,30})?$/, 'expected a non-negative decimal')
+    .max(61)
+    .regex(/^\d{1,30}(\.\d{1,30})?$/, 'expected a non-negative decimal')
     .optional()
     .describe(what);
 

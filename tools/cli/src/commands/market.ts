@@ -157,7 +157,9 @@ export function marketCommands(program: Command) {
         process.stderr.write(
           filters
             ? `no offer matches ${filters} (fewer filters find more)\n`
-            : 'no offers: no machine has free GPUs on the market now\n',
+            : opts.sort === 'bid_floor' || opts.sort === '-bid_floor'
+              ? 'no offers at a bid: no machine that takes bids has free GPUs on the market now\n'
+              : 'no offers: no machine has free GPUs on the market now\n',
         );
         return;
       }

@@ -324,17 +324,28 @@ async function candidates(ctx: BillingContext, terms: JobTerms): Promise<Candida
     ).map((offer): Candidate => ({ offer }));
   const bid = terms.bid_per_gpu_hour;
   if (bid === undefined) return onDemand();
-  // Only machines whose floor the bid meets: among many that take no bids, a page of the market by price alone
-  // could hold none of them.
-  const atBid = (
-    await ctx.providers!.offers({ ...common, minGpus: terms.gpu_count, availability: 'any', maxBid: bid, limit: 50 })
-  ).flatMap((o) => {
-    const i = o.interruptible;
-    if (!i || new Dec(i.bidFloor).gt(bid) || i.gpus < terms.gpu_count) return [];
-    const free = o.freeGpus >= terms.gpu_count;
-    if (!free && !(i.outbidAbove !== null && new Dec(bid).gt(i.outbidAbove))) return [];
-    return [{ offer: { ...o, freeGpus: i.gpus }, bid, free, above: new Dec(i.outbidAbove ?? 0) }];
-  });
+  // Only machines whose floor the bid meets (among many that take no bids, a page of the market by price alone could
+  // hold none of them): a page of those with the GPUs free, then a page of every group, where GPUs held at lower bids
+  // count too (and which groups that no bid could win may fill).
+  const [freeGroups, anyGroups] = await Promise.all([
+    ctx.providers!.offers({ ...common, minFreeGpus: terms.gpu_count, maxBid: bid, limit: 50 }),
+    ctx.providers!.offers({ ...common, minGpus: terms.gpu_count, availability: 'any', maxBid: bid, limit: 50 }),
+  ]);
+  const seen = new Set<string>();
+  const atBid = [...freeGroups, ...anyGroups]
+    .filter((o) => {
+      const key = `${o.providerId}/${o.modelKey}`;
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    })
+    .flatMap((o) => {
+      const i = o.interruptible;
+      if (!i || new Dec(i.bidFloor).gt(bid) || i.gpus < terms.gpu_count) return [];
+      const free = o.freeGpus >= terms.gpu_count;
+      if (!free && !(i.outbidAbove !== null && new Dec(bid).gt(i.outbidAbove))) return [];
+      return [{ offer: { ...o, freeGpus: i.gpus }, bid, free, above: new Dec(i.outbidAbove ?? 0) }];
+    });
   atBid.sort((a, b) => Number(b.free) - Number(a.free) || a.above.comparedTo(b.above));
   const tried = atBid.map(({ offer }): Candidate => ({ offer, bid }));
   return terms.on_demand_fallback ? [...tried, ...(await onDemand())] : tried;
