@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { clientCredentials } from '@gpu/client';
 import { createLogger } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
@@ -23,7 +23,9 @@ import { loadDaemonConfig } from '../../provider-daemon/src/config.ts';
 import { loadCredentials } from '../../provider-daemon/src/credentials.ts';
 import { ProviderDaemon } from '../../provider-daemon/src/daemon.ts';
 import { gpuSource } from '../../provider-daemon/src/gpu/source.ts';
-import { type Gpu, type GpuResult, gpuAt, root } from './support/gpu.ts';
+import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt, root } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const platform = useAuthAndRegistry();
 const dir = mkdtempSync(join(tmpdir(), 'gpu-accounts-'));
@@ -104,9 +106,7 @@ async function newKeypair(name: string): Promise<{ file: string; address: string
 }
 
 describe('a newcomer signs up with gpu', () => {
-  it('makes the account and signs in, saving no password; a taken address or a short password is one line', {
-    timeout: 60_000,
-  }, async () => {
+  it('makes the account and signs in, saving no password; a taken address or a short password is one line', async () => {
     const config = join(dir, 'newcomer');
     const gpu = gpuAt(url, config);
     const email = `newcomer-${Math.random().toString(36).slice(2)}@example.com`;
@@ -131,9 +131,7 @@ describe('a newcomer signs up with gpu', () => {
 });
 
 describe('gpu finds the platform', () => {
-  it('where PLATFORM_PORT_BASE/PLATFORM_HOST or the file of pnpm start put it, in that order, and names the URL it could not reach', {
-    timeout: 60_000,
-  }, async () => {
+  it('where PLATFORM_PORT_BASE/PLATFORM_HOST or the file of pnpm start put it, in that order, and names the URL it could not reach', async () => {
     const user = await signedIn(['renter']);
     const gatewayPort = Number(new URL(url).port);
     const dataDir = mkdtempSync(join(dir, 'data-'));
@@ -191,9 +189,7 @@ describe('gpu finds the platform', () => {
 });
 
 describe('wallets with gpu', () => {
-  it('opens your wallet from a keypair (proven), lists it as the default, and pays rent and jobs with it', {
-    timeout: 120_000,
-  }, async () => {
+  it('opens your wallet from a keypair (proven), lists it as the default, and pays rent and jobs with it', async () => {
     const renter = await signedIn(['renter']);
     const owner = await signedIn(['provider']);
     expect(answer(await renter.gpu(['wallet', 'list', '--json']))).toEqual([]);
@@ -277,9 +273,7 @@ describe('wallets with gpu', () => {
     expect(JSON.parse(readFileSync(join(owner.config, 'config.json'), 'utf8')).wallet).toBeUndefined();
   });
 
-  it('pnpm wallet is gpu wallet: its sign-in, an API key, a sign-in for one command that leaves none behind', {
-    timeout: 120_000,
-  }, async () => {
+  it('pnpm wallet is gpu wallet: its sign-in, an API key, a sign-in for one command that leaves none behind', async () => {
     const user = await signedIn(['renter']);
     const mine = await newKeypair('mine');
     const asUser = { GATEWAY_URL: url, GPU_CONFIG_DIR: user.config };
@@ -329,9 +323,7 @@ describe('wallets with gpu', () => {
 });
 
 describe('a provider onboarded with gpu', () => {
-  it('registers a machine and writes its daemon credentials (0600), which the daemon attaches to that machine with', {
-    timeout: 60_000,
-  }, async () => {
+  it('registers a machine and writes its daemon credentials (0600), which the daemon attaches to that machine with', async () => {
     const owner = await signedIn(['provider']);
     const added = answer(
       await owner.gpu([

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NoopPublisher } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startBackground } from '../../../services/billing/src/background.ts';
@@ -22,10 +22,14 @@ import type { ProviderDaemon } from '../../provider-daemon/src/daemon.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
 import { containerSettings, testImage } from '../../provider-daemon/test/support/containers.ts';
 import { until, useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
-import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const run = promisify(execFile);
-const rig = useWorkloadRig({ storage: true });
+// The rig's daemons beat only when a test asks them to: their machines stay up however long the file takes on a busy
+// machine (the registry's default takes a machine silent for 90 s for offline); the tests take one offline explicitly.
+const rig = useWorkloadRig({ storage: true, registry: { config: { offline_after: '1h' } } });
 const dir = mkdtempSync(join(tmpdir(), 'gpu-cli-'));
 let gateway: Awaited<ReturnType<typeof buildGateway>> | undefined;
 let url = '';
@@ -116,9 +120,7 @@ afterAll(async () => {
 const rental = () => ['--machine', machineId, '--gpu-model', 'H100', '--wallet', walletId];
 
 describe('gpu against a platform whose machine runs workloads', () => {
-  it('runs a workload with gpu run: its input and environment, its logs, its outputs downloaded, its exit code', {
-    timeout: 120_000,
-  }, async () => {
+  it('runs a workload with gpu run: its input and environment, its logs, its outputs downloaded, its exit code', async () => {
     const input = join(dir, 'in.txt');
     writeFileSync(input, 'from storage\n');
     expect((await renter.gpu(['storage', 'cp', input, 'gpu:data/in.txt'])).code).toBe(0);
@@ -189,9 +191,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(nothing.stderr).toContain('run needs a workload');
   });
 
-  it('rents with a workload and follows its log with gpu logs -f until it ends; rents without one and ends it', {
-    timeout: 60_000,
-  }, async () => {
+  it('rents with a workload and follows its log with gpu logs -f until it ends; rents without one and ends it', async () => {
     const rented = await renter.gpu([
       'rent',
       ...rental(),
@@ -236,9 +236,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     refused(await renter.gpu(['rent', ...rental(), '--max-rate', '0.000001']), 'PRICE_NOT_ACCEPTED');
   });
 
-  it('ends gpu run, saying so, when its machine is lost under the workload and the platform ends the session', {
-    timeout: 90_000,
-  }, async () => {
+  it('ends gpu run, saying so, when its machine is lost under the workload and the platform ends the session', async () => {
     // A machine whose daemon is a process of its own, killed with SIGKILL once the workload runs: nothing reports
     // the workload's end any more, as with a machine that lost its power.
     const lost = await rig.daemonProcess();
@@ -292,9 +290,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(result.code).toBe(1);
   });
 
-  it('says what gpu run waits for, and stops waiting when the machine goes offline before the workload runs', {
-    timeout: 90_000,
-  }, async () => {
+  it('says what gpu run waits for, and stops waiting when the machine goes offline before the workload runs', async () => {
     // A machine whose daemon takes no workload (its runner never polls): the workload stays pending.
     const idle = await rig.machine();
     const [node, ...args] = gpuCommandLine([
@@ -350,9 +346,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     );
   });
 
-  it('submits a job with gpu jobs submit, follows it to its end with gpu jobs logs -f, lists, shows and cancels jobs', {
-    timeout: 90_000,
-  }, async () => {
+  it('submits a job with gpu jobs submit, follows it to its end with gpu jobs logs -f, lists, shows and cancels jobs', async () => {
     // The market lists the machine once it has the platform's prices and the machine is online; billing's own
     // background places the jobs.
     await rig.priceTheMarket();
@@ -521,9 +515,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await user.gpu(['password', 'change'], { env: { GPU_PASSWORD: next } })).code).toBe(2);
   });
 
-  it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', {
-    timeout: 180_000,
-  }, async () => {
+  it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', async () => {
     const user = await signedIn(['renter']);
     // A code as auth mails one (this rig sends no mail): only its hash is kept.
     const mailedCode = async () => {
@@ -552,7 +544,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await mailbox(['login', '--email', user.email], { env: { GPU_PASSWORD: next } })).code).toBe(0);
   });
 
-  it('shows a progress bar for a large copy on a terminal only', { timeout: 60_000 }, async () => {
+  it('shows a progress bar for a large copy on a terminal only', async () => {
     const big = join(dir, 'big.bin');
     writeFileSync(big, Buffer.alloc(3 * 1024 * 1024, 7));
     const env = { ...process.env, GPU_URL: url, GPU_CONFIG_DIR: join(dir, renter.id) };
@@ -576,9 +568,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(await onTerminal(['storage', 'cp', big, 'gpu:big.bin', '--json'])).not.toContain('%');
   });
 
-  it('uploads a large file in parts and, killed mid-way, resumes it where it stopped', {
-    timeout: 120_000,
-  }, async () => {
+  it('uploads a large file in parts and, killed mid-way, resumes it where it stopped', async () => {
     const big = join(dir, 'resume.bin');
     const bytes = randomBytes(100 * 1024 * 1024);
     writeFileSync(big, bytes);

@@ -13,12 +13,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Writable } from 'node:stream';
 import { ApiError, staticToken } from '@gpu/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { UsageError } from '../src/cli.ts';
 import { parsePortSpec, parsePortSpecs } from '../src/commands/port-forward.ts';
 import { bridge, bridgeRaw } from '../src/reach-stream.ts';
-import { gpuAt } from './support/gpu.ts';
+import { CLI_TEST_MS, gpuAt } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const SESSION = '3f0c5b8e-3a55-4d47-9a3c-3c1f7c1c9d11';
 

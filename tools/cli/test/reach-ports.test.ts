@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createLogger } from '@gpu/common';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
@@ -22,7 +22,9 @@ import { buildGateway } from '../../gateway/src/gateway.ts';
 import { ReachLink } from '../../provider-daemon/src/reach/link.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
 import { until, useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
-import { type Gpu, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+import { CLI_TEST_MS, type Gpu, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const run = promisify(execFile);
 const rig = useWorkloadRig({ billing: { reach: { check_interval: '200ms', ports_url: 'http://ports.localhost' } } });
@@ -198,9 +200,7 @@ while True:
 `;
 
 describe('gpu port-forward', () => {
-  it('reaches servers in the workload on local ports: HTTP, a WebSocket, raw megabytes; a refusal; Ctrl-C', {
-    timeout: 180_000,
-  }, async () => {
+  it('reaches servers in the workload on local ports: HTTP, a WebSocket, raw megabytes; a refusal; Ctrl-C', async () => {
     const id = await idleSession();
     const wsEcho = readFileSync(join(root, 'tools/provider-daemon/test/fixtures/ws-echo.py'), 'utf8');
     expect((await gpu(['exec', id, '--', 'sh', '-c', 'cat > /tmp/ws-echo.py'], { input: wsEcho })).code).toBe(0);
@@ -291,9 +291,7 @@ describe('gpu port-forward', () => {
     expect(forwarder.stdout().split('\n').filter(Boolean)).toHaveLength(4);
   });
 
-  it('refuses at once a session that is unknown or has ended, and stops when its session ends', {
-    timeout: 120_000,
-  }, async () => {
+  it('refuses at once a session that is unknown or has ended, and stops when its session ends', async () => {
     const unknown = await gpu(['port-forward', '3f0c5b8e-3a55-4d47-9a3c-3c1f7c1c9d11', '8000']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^gpu: SESSION_NOT_FOUND: [^\n]+\n$/);
@@ -350,9 +348,7 @@ describe('gpu open', () => {
 });
 
 describe('gpu ssh-config and ssh-proxy', () => {
-  it('writes hosts that ssh and scp reach the workload through, with the key registered by gpu ssh-key add', {
-    timeout: 180_000,
-  }, async () => {
+  it('writes hosts that ssh and scp reach the workload through, with the key registered by gpu ssh-key add', async () => {
     const id = await idleSession();
     const key = join(dir, 'id_ed25519');
     await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'cli-test', '-f', key]);

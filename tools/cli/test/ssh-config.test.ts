@@ -18,7 +18,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import {
   BEGIN_MARKER,
   END_MARKER,
@@ -30,7 +30,9 @@ import {
   shellWord,
   writeWhole,
 } from '../src/ssh-config.ts';
-import { gpuAt, root } from './support/gpu.ts';
+import { CLI_TEST_MS, gpuAt, root } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'gpu-ssh-config-'));

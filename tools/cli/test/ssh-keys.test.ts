@@ -7,10 +7,12 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { SSH_FIXTURES } from '../../../services/auth/test/fixtures/ssh-keys.ts';
 import { registerAndLogin, testConfig, useAuth } from '../../../services/auth/test/helpers.ts';
-import { type Gpu, type GpuResult, gpuAt } from './support/gpu.ts';
+import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const auth = useAuth(testConfig());
 const dir = mkdtempSync(join(tmpdir(), 'gpu-ssh-key-'));

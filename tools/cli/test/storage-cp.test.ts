@@ -20,12 +20,14 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { registerAndLogin, testConfig, useAuth } from '../../../services/auth/test/helpers.ts';
 import { startService, type TestService } from '../../../services/storage/test/helpers.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
 import { type FaultProxy, faultProxy, type Seen } from './support/fault-proxy.ts';
-import { type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
+
+vi.setConfig({ testTimeout: CLI_TEST_MS });
 
 const run = promisify(execFile);
 const auth = useAuth(testConfig({ jwt: { algorithm: 'EdDSA' } }));
@@ -100,9 +102,7 @@ const objectGet = (r: Seen) =>
   r.method === 'GET' && r.url.startsWith('/objects/') && !r.url.startsWith('/objects/list');
 
 describe('gpu storage cp and rm', () => {
-  it('copies into a folder, remote or local, under the source’s name, as cp and aws s3 cp do', {
-    timeout: 120_000,
-  }, async () => {
+  it('copies into a folder, remote or local, under the source’s name, as cp and aws s3 cp do', async () => {
     const here = folder('names');
     const file = join(here, 'notes.txt');
     writeFileSync(file, 'step,loss\n');
@@ -146,9 +146,7 @@ describe('gpu storage cp and rm', () => {
     expect(localFolder).toMatchObject({ code: 2, stderr: `gpu: ${into} is a directory: copy a folder with -r\n` });
   });
 
-  it('copies a folder up and down with -r, its files side by side (4 at once) under one progress bar', {
-    timeout: 120_000,
-  }, async () => {
+  it('copies a folder up and down with -r, its files side by side (4 at once) under one progress bar', async () => {
     const data = folder('data');
     const files: Record<string, Buffer> = {
       'a.txt': Buffer.from('alpha\n'),
@@ -196,7 +194,7 @@ describe('gpu storage cp and rm', () => {
     expect(downShown).toMatch(/gpu:shown\/data\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
   });
 
-  it('sends the parts of a large file side by side, 4 at once', { timeout: 120_000 }, async () => {
+  it('sends the parts of a large file side by side, 4 at once', async () => {
     const big = join(folder('large'), 'weights.bin');
     const bytes = randomBytes(64 * 1024 * 1024);
     writeFileSync(big, bytes);
@@ -210,7 +208,7 @@ describe('gpu storage cp and rm', () => {
     expect(readFileSync(back).equals(bytes)).toBe(true);
   });
 
-  it('removes an object by its gpu: path, and everything under a prefix with rm -r', { timeout: 120_000 }, async () => {
+  it('removes an object by its gpu: path, and everything under a prefix with rm -r', async () => {
     const trash = folder('trash');
     for (const name of ['one.txt', 'two.txt', 'three.txt']) writeFileSync(join(trash, name), name);
     mkdirSync(join(trash, 'inner'));
@@ -244,9 +242,7 @@ describe('gpu storage cp and rm', () => {
     expect(await keysUnder('bin')).toEqual([]);
   });
 
-  it('says a local failure as local, and names objects as the user does, never by the store’s key', {
-    timeout: 120_000,
-  }, async () => {
+  it('says a local failure as local, and names objects as the user does, never by the store’s key', async () => {
     const here = folder('failures');
     const file = join(here, 'plain.txt');
     writeFileSync(file, 'plain\n');
@@ -285,9 +281,7 @@ describe('gpu storage cp and rm', () => {
     expect(refused.stderr).not.toMatch(/users\//);
   });
 
-  it('writes a download to a temporary file, renamed when whole; killed, the next run resumes it with Range', {
-    timeout: 120_000,
-  }, async () => {
+  it('writes a download to a temporary file, renamed when whole; killed, the next run resumes it with Range', async () => {
     const bytes = randomBytes(8 * 1024 * 1024);
     const source = join(folder('resume'), 'model.bin');
     writeFileSync(source, bytes);

@@ -6,6 +6,13 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 export const root = fileURLToPath(new URL('../../../..', import.meta.url));
+
+/**
+ * How long a test of the command line may take: each `gpu` it runs is a Node process of its own (seconds each on a
+ * busy machine), and a test runs a dozen or more, so the suite's 60 s would time out tests that work. A guard against
+ * a hang, not a measure of speed.
+ */
+export const CLI_TEST_MS = 240_000;
 const MAIN = 'tools/cli/src/main.ts';
 
 export interface GpuResult {
