@@ -146,8 +146,8 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
      VALUES (1, $1::jsonb, $2::numeric, $3::numeric, now(), now())`,
     [JSON.stringify(DEFAULT_BASE_RATES), DEFAULT_VRAM_RATE_PER_GB_HOUR, DEFAULT_POWER_RATE_PER_WATT_HOUR],
   );
-  // No machine here has rates of its own, so none takes bids: the trigger that gives a new offer its machine's bid
-  // floor (a lookup a row) would find none.
+  // No machine has rates of its own yet (those that take bids get them below, their floors copied set-based): the
+  // trigger that gives a new offer its machine's bid floor (a lookup a row) would find none.
   await client.query('ALTER TABLE offers DISABLE TRIGGER offers_bid_floor');
   await client.query(`
     INSERT INTO offers (provider_id, gpu_model, model_names, model_key, gpu_count, healthy_gpus, unrented_gpus,
@@ -181,6 +181,17 @@ async function insertRows(client: pg.ClientBase, providers: number): Promise<num
     ) o
     CROSS JOIN price_card c`);
   await client.query('ALTER TABLE offers ENABLE TRIGGER offers_bid_floor');
+  // One machine in ten takes bids (interruptible rentals), at a floor of 0.50-3.49 per GPU-hour, its other rates the
+  // platform's (its offers' prices as above); the floors copied onto its offers set-based, as the trigger on the
+  // rates copies each.
+  await client.query('ALTER TABLE provider_prices DISABLE TRIGGER provider_prices_offer_bid_floor');
+  await client.query(`
+    INSERT INTO provider_prices (provider_id, base_rates, bid_floor, occurred_at)
+    SELECT f.id, '{}', 0.5 + (${hash('f.i', 'bid')} % 300) / 100.0, now()
+    FROM bench_fleet f WHERE ${hash('f.i', 'bids')} % 10 = 0`);
+  await client.query('ALTER TABLE provider_prices ENABLE TRIGGER provider_prices_offer_bid_floor');
+  await client.query(`
+    UPDATE offers o SET bid_floor = pp.bid_floor FROM provider_prices pp WHERE pp.provider_id = o.provider_id`);
   return rowCount ?? 0;
 }
 

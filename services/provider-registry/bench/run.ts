@@ -209,6 +209,7 @@ function offerFilterOf(query: string): OfferFilter {
   const model = str('gpu_model');
   return {
     max_price: str('max_price'),
+    max_bid: str('max_bid'),
     min_free_gpus: num('min_free_gpus'),
     gpu_model: model === undefined ? undefined : gpuModelKey(model),
     min_vram: num('min_vram'),
@@ -366,6 +367,10 @@ async function main() {
       ],
       ['one region, driver ≥ 550, cheapest first', 'region=region-3&min_driver_version=550&sort=price&limit=50'],
       [
+        'at a bid: H100s where a bid of 2 wins a free GPU, lowest bid floor first (`max_bid=2&sort=bid_floor`)',
+        'gpu_model=H100&max_bid=2&sort=bid_floor&limit=50',
+      ],
+      [
         'page 5 (cursor) of `min_free_gpus=2&sort=price`',
         `${deepOffers}&cursor=${await cursorOfPage(deepOffers, 5, '/offers')}`,
       ],
@@ -374,8 +379,9 @@ async function main() {
       const statements = await capture(pool, (db) => searchOffers(db, offerFilterOf(query)));
       offerRows.push(await measureList(label, `/offers?${query}`, statements));
     }
-    const { rows: market } = await pool.query<{ offers: string; listed: string }>(
-      'SELECT count(*) AS offers, count(*) FILTER (WHERE free_gpus > 0) AS listed FROM offers',
+    const { rows: market } = await pool.query<{ offers: string; listed: string; bids: string }>(
+      `SELECT count(*) AS offers, count(*) FILTER (WHERE free_gpus > 0) AS listed,
+         count(*) FILTER (WHERE free_gpus > 0 AND bid_floor IS NOT NULL) AS bids FROM offers`,
     );
 
     const { rows } = await pool.query<{ id: string; owner_id: string }>(
@@ -646,7 +652,8 @@ ${listRows.join('\n')}
 
 The market (issue #28): renters' searches of offers (\`GET /offers\`, a renter's question in each row; 50 per page),
 ${Number(market[0]?.offers ?? 0).toLocaleString('en-US')} offers (one per provider and GPU model), ${Number(market[0]?.listed ?? 0).toLocaleString('en-US')} of them on the market (free GPUs:
-an idle machine's healthy ones), priced from billing's card and scored 0.8-1, measured as discovery above in the same run:
+an idle machine's healthy ones; ${Number(market[0]?.bids ?? 0).toLocaleString('en-US')} of those of machines that take bids, one in ten, at floors of 0.50-3.49),
+priced from billing's card and scored 0.8-1, measured as discovery above in the same run:
 
 | search | service, 1 client | direct (pg), ${LIST_CONCURRENCY} clients | service, ${LIST_CONCURRENCY} clients | p99 target (1 client) |
 |---|---|---|---|---|
