@@ -66,6 +66,21 @@ interface Renter {
   headers: Headers;
 }
 
+/** A job at a bid of 1 per GPU-hour (on demand at most 100) of `region`'s H100s, submitted by `r`; `terms` override. */
+function submitJobAtBid(r: Renter, region: string, terms: Record<string, unknown> = {}) {
+  return call('POST', '/billing/jobs', r.headers, {
+    wallet_id: r.walletId,
+    gpu_count: 4,
+    gpu_model: 'H100',
+    region,
+    max_price_per_gpu_hour: '100',
+    bid_per_gpu_hour: '1',
+    spend_cap: '50',
+    workload: { command: ['true'], max_runtime_seconds: 600 },
+    ...terms,
+  });
+}
+
 /** A renter of the real auth service with a wallet holding `funds` tokens. */
 async function renter(funds = '1000'): Promise<Renter> {
   const { user, tokens } = await platform.verifiedUser(['renter']);
@@ -449,16 +464,7 @@ describe('interruptible leases at a bid', () => {
     expect(rates.statusCode, rates.body).toBe(200);
     await relay.flush();
     const r = await renter();
-    const submitted = await call('POST', '/billing/jobs', r.headers, {
-      wallet_id: r.walletId,
-      gpu_count: 1,
-      gpu_model: 'H100',
-      region,
-      max_price_per_gpu_hour: '100',
-      bid_per_gpu_hour: '1',
-      spend_cap: '50',
-      workload: { command: ['true'], max_runtime_seconds: 600 },
-    });
+    const submitted = await submitJobAtBid(r, region, { gpu_count: 1 });
     expect(submitted.statusCode, submitted.body).toBe(201);
     await placeJobs(billing.ctx, billing.config.jobs, { capacity: true });
     const job = (await call('GET', `/billing/jobs/${submitted.json().id}`, r.headers)).json();
@@ -477,18 +483,7 @@ describe('interruptible leases at a bid', () => {
     await relay.flush();
     const r = await renter();
     // A job of 4 H100s in the region at a bid of 1 (its max price on demand: 100).
-    const submitJob = (terms: Record<string, unknown> = {}) =>
-      call('POST', '/billing/jobs', r.headers, {
-        wallet_id: r.walletId,
-        gpu_count: 4,
-        gpu_model: 'H100',
-        region,
-        max_price_per_gpu_hour: '100',
-        bid_per_gpu_hour: '1',
-        spend_cap: '50',
-        workload: { command: ['true'], max_runtime_seconds: 600 },
-        ...terms,
-      });
+    const submitJob = (terms: Record<string, unknown> = {}) => submitJobAtBid(r, region, terms);
     const jobOf = async (id: string) => (await call('GET', `/billing/jobs/${id}`, r.headers)).json();
     // A bid above the job's most per GPU-hour would pay more than the renter allowed: refused.
     const above = await submitJob({ bid_per_gpu_hour: '101' });

@@ -18,10 +18,11 @@ import {
   testEnv,
 } from '@gpu/common/testing';
 import { connect, type NatsConnection, type Subscription } from '@nats-io/transport-node';
-import type { Kysely } from 'kysely';
+import { type Kysely, Migrator } from 'kysely';
 import { buildApp, type RegistryApp } from '../src/app.ts';
 import { type RegistryConfig, registryConfigSchema } from '../src/config.ts';
 import { migrateRegistry } from '../src/db/migrate.ts';
+import { migrations } from '../src/db/migrations/index.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 
 export interface Harness {
@@ -321,4 +322,15 @@ export async function ageProvider(database: Database<RegistryDB>, id: string, ms
     .set({ last_seen_at: new Date(Date.now() - ms) })
     .where('provider_id', '=', id)
     .execute();
+}
+
+/** Kysely's migrator over the registry's migrations and tables, for a test that migrates down to a given one. */
+// biome-ignore lint/suspicious/noExplicitAny: migrations run on Kysely<any>, as the migrator does
+export function registryMigrator(db: Kysely<any>): Migrator {
+  return new Migrator({
+    db,
+    provider: { getMigrations: async () => migrations },
+    migrationTableName: 'provider_registry_migrations',
+    migrationLockTableName: 'provider_registry_migrations_lock',
+  });
 }

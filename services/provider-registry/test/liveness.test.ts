@@ -7,10 +7,19 @@
 import { randomUUID } from 'node:crypto';
 import { migrateToLatest, openDatabase } from '@gpu/common';
 import { createTestDatabase } from '@gpu/common/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
-import { ageProvider, endRental, gpu, type Harness, register, rent, startHarness } from './helpers.ts';
+import {
+  ageProvider,
+  endRental,
+  gpu,
+  type Harness,
+  register,
+  registryMigrator,
+  rent,
+  startHarness,
+} from './helpers.ts';
 
 // heartbeat_interval 1s: the default bound is 3 intervals, 3 s.
 const BOUND_MS = 3000;
@@ -293,12 +302,7 @@ describe('the liveness migration', () => {
         SELECT provider_id AS id, status, last_seen_at FROM provider_liveness ORDER BY provider_id`.execute(db);
       expect(moved).toEqual(rowsBefore);
 
-      const migrator = new Migrator({
-        db,
-        provider: { getMigrations: async () => migrations },
-        migrationTableName: 'provider_registry_migrations',
-        migrationLockTableName: 'provider_registry_migrations_lock',
-      });
+      const migrator = registryMigrator(db);
       // Down to the migration before it (the ones after it first).
       const { error, results } = await migrator.migrateTo('20250109000000_gpu_leases');
       expect(error).toBeUndefined();

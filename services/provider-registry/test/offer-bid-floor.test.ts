@@ -6,9 +6,10 @@
  */
 import { migrateToLatest, openDatabase } from '@gpu/common';
 import { createTestDatabase } from '@gpu/common/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
+import { registryMigrator } from './helpers.ts';
 
 const A = '00000000-0000-4000-8000-00000000000a';
 const B = '00000000-0000-4000-8000-00000000000b';
@@ -62,12 +63,7 @@ describe('the offer bid floor migration', () => {
       await offer(B, 'l40').execute(db);
       expect(await floors()).toEqual(['a a100 0.8', 'a h100 0.8', 'b h100 2', 'b l40 2', 'c h100 null']);
 
-      const migrator = new Migrator({
-        db,
-        provider: { getMigrations: async () => migrations },
-        migrationTableName: 'provider_registry_migrations',
-        migrationLockTableName: 'provider_registry_migrations_lock',
-      });
+      const migrator = registryMigrator(db);
       const { error, results } = await migrator.migrateTo('20250120000000_gpus_fillfactor');
       expect(error).toBeUndefined();
       expect(results?.map((r) => [r.migrationName, r.status]).at(-1)).toEqual([
