@@ -1,5 +1,5 @@
 /** The market: `offers` (machines with free GPUs, searched and sorted) and `quote` (a machine's price for a rental). */
-import { type RegistrySchemas, unwrap } from '@gpu/client';
+import { type RegistryPaths, type RegistrySchemas, unwrap } from '@gpu/client';
 import { type Command, Option } from 'commander';
 import {
   amount,
@@ -16,7 +16,13 @@ import { gigabytes, score, tokens } from '../format.ts';
 
 type Offer = RegistrySchemas['Offer'];
 
-/** The orders the market sorts by: the registry's own names. */
+/** The orders the registry's `GET /offers` takes (its OpenAPI document, through the generated client). */
+type OfferSort = NonNullable<NonNullable<RegistryPaths['/offers']['get']['parameters']['query']>['sort']>;
+
+/**
+ * The orders the market sorts by: the registry's own names, every one of them (checked when the CLI is type-checked
+ * against the registry's document: a sort it does not take, or one of its own left out here, fails the build).
+ */
 const SORTS = [
   'price',
   '-price',
@@ -26,7 +32,9 @@ const SORTS = [
   '-reliability',
   'bid_floor',
   '-bid_floor',
-] as const;
+] as const satisfies readonly OfferSort[];
+const everySort: [Exclude<OfferSort, (typeof SORTS)[number]>] extends [never] ? true : never = true;
+void everySort;
 
 interface OfferOptions {
   gpuModel?: string;
