@@ -1,8 +1,8 @@
 /**
  * `pnpm nats-setup --dir DIR`: the platform's NATS in operator mode, for a deployment that makes its secrets itself
  * (Kubernetes, deploy/k8s/README.md): writes the set-up into DIR (`writeNatsSetup`, the same files docker-compose's
- * auth and `pnpm start` write) and says what to do with each file. Run again on the same folder, it keeps the keys
- * and rewrites the rest.
+ * auth and `pnpm start` write) and says what to do with each file. Run again on the same folder, it keeps the keys,
+ * issues every service a new user and revokes the earlier ones.
  */
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -11,11 +11,13 @@ import { answerHelp } from './lib/usage.ts';
 
 answerHelp(`usage: pnpm nats-setup --dir DIR
 
-Writes the platform's NATS set-up for a server in operator mode into DIR (made once, kept after: run it again to
-rewrite the services' users with the same keys):
+Writes the platform's NATS set-up for a server in operator mode into DIR. The keys are made once and kept; each run
+issues every service a new user and revokes the ones before, which the server refuses once it loads the new
+accounts (a reload: the Helm chart's config reloader, or nats-server --signal reload):
   trust.json         every seed (operator, accounts, signing key): keep it offline, it re-makes everything else
   issuer.json        auth's NATS_ISSUER_FILE: it signs provider daemons' users with it
   creds/*.creds      each service's own NATS user (NATS_CREDENTIALS of storage, provider-registry, billing)
+  revocations.json   the services' earlier users, revoked (public keys): the account's JWT names them
   server/nats-values.yaml   the NATS Helm chart's values for operator mode (public JWTs)
   server/accounts.conf      the same for a nats-server configuration file (include it)`);
 

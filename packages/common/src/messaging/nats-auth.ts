@@ -10,7 +10,7 @@
  * `natsUserCreds` issues a user. Keys and JWTs come from the NATS team's libraries (`@nats-io/nkeys`,
  * `@nats-io/jwt`); nothing here signs by itself.
  */
-import { encodeAccount, encodeOperator, encodeUser, fmtCreds } from '@nats-io/jwt';
+import { decode, encodeAccount, encodeOperator, encodeUser, fmtCreds } from '@nats-io/jwt';
 import { createAccount, createOperator, createUser, fromSeed, type KeyPair } from '@nats-io/nkeys';
 import type { Principal } from '../auth/principal.ts';
 import { isUuid } from '../paging.ts';
@@ -48,8 +48,11 @@ export function natsPublicKeys(trust: NatsTrust) {
   };
 }
 
-/** Unlimited: the JetStream and connection limits of the platform account (-1 is NATS's "no limit"). */
-const UNLIMITED = {
+/**
+ * No connection limits (-1 is NATS's "no limit"): the system account's. An account JWT without limits reads as none
+ * allowed: a server that reloads one closes the system account's own connections.
+ */
+const NO_CONNECTION_LIMITS = {
   subs: -1,
   data: -1,
   payload: -1,
@@ -58,6 +61,11 @@ const UNLIMITED = {
   wildcards: true,
   conn: -1,
   leaf: -1,
+};
+
+/** Unlimited: the JetStream and connection limits of the platform account. */
+const UNLIMITED = {
+  ...NO_CONNECTION_LIMITS,
   mem_storage: -1,
   disk_storage: -1,
   streams: -1,
@@ -65,11 +73,52 @@ const UNLIMITED = {
 };
 
 /**
+ * User keys revoked in the platform account, each with a time (Unix seconds): the server refuses that key's JWTs issued
+ * at or before it, and closes their connections when it loads the account.
+ */
+export type NatsRevocations = Record<string, number>;
+
+/** What the account's JWT says beside its keys, and the operator's JWT to keep. */
+export interface NatsAccountOptions {
+  /** Users the account no longer admits. */
+  revocations?: NatsRevocations;
+  /**
+   * The operator's JWT as an earlier set-up wrote it, kept when the operator's key signed it: nats-server refuses to
+   * reload a configuration whose operator JWT changed (a new one is made at each encoding), so the same one lets a
+   * running server load the new accounts with a reload.
+   */
+  operatorJwt?: string;
+}
+
+/** The operator's JWT: `kept` when that operator signed it (and it names the system account), else a new one. */
+async function operatorJwtOf(trust: NatsTrust, kept: string | undefined): Promise<string> {
+  const keys = natsPublicKeys(trust);
+  if (kept) {
+    try {
+      const claims = decode<{ system_account?: string }>(kept);
+      if (
+        claims.iss === keys.operator &&
+        claims.sub === keys.operator &&
+        claims.nats.system_account === keys.systemAccount
+      ) {
+        return kept;
+      }
+    } catch {
+      // Not a JWT: a new one below.
+    }
+  }
+  return encodeOperator('platform', keyOf(trust.operator), { system_account: keys.systemAccount });
+}
+
+/**
  * The operator part of a nats-server configuration as settings (what the NATS Helm chart's `config.merge` takes): the
  * operator's JWT, the system account, and both accounts' JWTs in a memory resolver. JetStream is enabled for the
- * platform account. Public: JWTs and public keys only.
+ * platform account; `revocations` are the users it no longer admits. Public: JWTs and public keys only.
  */
-export async function natsOperatorSettings(trust: NatsTrust): Promise<{
+export async function natsOperatorSettings(
+  trust: NatsTrust,
+  opts: NatsAccountOptions = {},
+): Promise<{
   operator: string;
   system_account: string;
   resolver: 'MEMORY';
@@ -77,12 +126,18 @@ export async function natsOperatorSettings(trust: NatsTrust): Promise<{
 }> {
   const keys = natsPublicKeys(trust);
   const operator = keyOf(trust.operator);
-  const operatorJwt = await encodeOperator('platform', operator, { system_account: keys.systemAccount });
-  const systemJwt = await encodeAccount('SYS', keyOf(trust.system_account), {}, { signer: operator });
+  const operatorJwt = await operatorJwtOf(trust, opts.operatorJwt);
+  const systemJwt = await encodeAccount(
+    'SYS',
+    keyOf(trust.system_account),
+    { limits: NO_CONNECTION_LIMITS },
+    { signer: operator },
+  );
+  const revocations = opts.revocations ?? {};
   const accountJwt = await encodeAccount(
     'PLATFORM',
     keyOf(trust.account),
-    { limits: UNLIMITED, signing_keys: [keys.signer] },
+    { limits: UNLIMITED, signing_keys: [keys.signer], ...(Object.keys(revocations).length ? { revocations } : {}) },
     { signer: operator },
   );
   return {
@@ -94,8 +149,8 @@ export async function natsOperatorSettings(trust: NatsTrust): Promise<{
 }
 
 /** The operator part of a nats-server configuration file (to include in one with its listen address and store). */
-export async function natsServerConfig(trust: NatsTrust): Promise<string> {
-  const s = await natsOperatorSettings(trust);
+export async function natsServerConfig(trust: NatsTrust, opts: NatsAccountOptions = {}): Promise<string> {
+  const s = await natsOperatorSettings(trust, opts);
   return [
     `operator: "${s.operator}"`,
     `system_account: ${s.system_account}`,

@@ -9,19 +9,24 @@
  * - `server/accounts.conf`: the operator part of the server's configuration (public JWTs only), which a server's own
  *   configuration includes beside its address and JetStream store (a folder of its own, so that the server, and
  *   docker-compose's volume that carries it, never hold a seed);
- * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), rewritten at each run so that
- *   a change of permissions takes effect at the services' next connection; secret; each service connects with its own
- *   inbox prefix (`serviceInboxPrefix`, which its user alone may read);
+ * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), a new one at each run (a new
+ *   key), so that a change of permissions takes effect at the services' next connection; secret; each service
+ *   connects with its own inbox prefix (`serviceInboxPrefix`, which its user alone may read);
+ * - `revocations.json`: the users those files held before, revoked (public keys and times only): the account's JWT
+ *   names them, so a server that loads it (a reload, a restart) refuses a copy of an earlier creds file and closes
+ *   its connections. A service reads its file again at each reconnection, so it comes back with the new user.
  * - `server/nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`).
  *
  * The creds are in a folder of their own too (a service is given its own file, never the seeds).
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parseCreds } from '@nats-io/jwt';
 import { createFileOnce, replaceFile } from '../files.ts';
 import {
   createNatsTrust,
   type NatsPermissions,
+  type NatsRevocations,
   natsOperatorSettings,
   natsServerConfig,
   natsUserCreds,
@@ -124,11 +129,35 @@ export interface NatsSetup {
   helmValues: string;
   /** Each platform user's creds file, by name. */
   creds: Record<string, string>;
+  /** The services' earlier users, revoked (`revocations.json`). */
+  revocations: string;
+}
+
+/** The user key a creds file holds (its JWT's subject), or undefined when there is no such file or it holds none. */
+async function userKeyOf(file: string): Promise<string | undefined> {
+  if (!existsSync(file)) return undefined;
+  try {
+    return (await parseCreds(readFileSync(file))).uc.sub;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The revocations `revocations.json` holds (none when there is no such file yet). */
+function readRevocations(file: string): NatsRevocations {
+  if (!existsSync(file)) return {};
+  const { revoked } = JSON.parse(readFileSync(file, 'utf8')) as { revoked?: unknown };
+  const entries = Object.entries(revoked ?? {});
+  if (typeof revoked !== 'object' || !entries.every(([, at]) => Number.isInteger(at))) {
+    throw new Error(`${file} is not a list of revoked NATS users ({"revoked": {"<user key>": <Unix seconds>}})`);
+  }
+  return Object.fromEntries(entries) as NatsRevocations;
 }
 
 /**
- * Writes (or completes) the set-up in `dir`: the trust made at the first run and reused after, the rest from it.
- * `users`: the platform users to write creds for (default `PLATFORM_NATS_USERS`).
+ * Writes (or completes) the set-up in `dir`: the trust made at the first run and reused after, the rest from it. Each
+ * run issues each user in `users` (default `PLATFORM_NATS_USERS`) anew and revokes the one its creds file held.
+ * Runs on one folder are one at a time (each reads and rewrites `revocations.json`).
  */
 export async function writeNatsSetup(
   dir: string,
@@ -141,20 +170,34 @@ export async function writeNatsSetup(
   const trust = parseNatsTrust(readFileSync(trustFile, 'utf8'));
   const issuer = join(dir, 'issuer.json');
   replaceFile(issuer, `${JSON.stringify({ account: trust.account, signer: trust.signer }, null, 2)}\n`, 0o600);
+  // The users the creds files hold now are revoked before the files are replaced: a run cut short between the two
+  // finds them again in the files, and the next one revokes them as well.
+  const creds = Object.fromEntries(Object.keys(users).map((name) => [name, join(dir, 'creds', `${name}.creds`)]));
+  const revocationsFile = join(dir, 'revocations.json');
+  const revocations = readRevocations(revocationsFile);
+  const now = Math.floor(Date.now() / 1000);
+  for (const file of Object.values(creds)) {
+    const earlier = await userKeyOf(file);
+    if (earlier) revocations[earlier] = now;
+  }
+  replaceFile(revocationsFile, `${JSON.stringify({ revoked: revocations }, null, 2)}\n`, 0o644);
+  for (const [name, permissions] of Object.entries(users)) {
+    replaceFile(creds[name]!, await natsUserCreds(trust, name, { permissions }), 0o600);
+  }
   const accounts = join(dir, 'server', 'accounts.conf');
-  replaceFile(accounts, await natsServerConfig(trust), 0o644);
+  // The operator's JWT the last run wrote, kept, so that a running server can reload the new accounts.
+  const operatorJwt = existsSync(accounts)
+    ? /^operator: "([^"]+)"$/m.exec(readFileSync(accounts, 'utf8'))?.[1]
+    : undefined;
+  const account = { revocations, operatorJwt };
+  replaceFile(accounts, await natsServerConfig(trust, account), 0o644);
   const helmValues = join(dir, 'server', 'nats-values.yaml');
-  const values = { config: { merge: await natsOperatorSettings(trust) } };
+  const values = { config: { merge: await natsOperatorSettings(trust, account) } };
   replaceFile(
     helmValues,
     "# The platform's NATS operator, for the NATS Helm chart (-f this file after deploy/k8s/dependencies/nats/values.yaml).\n" +
       `${JSON.stringify(values, null, 2)}\n`,
     0o644,
   );
-  const creds: Record<string, string> = {};
-  for (const [name, permissions] of Object.entries(users)) {
-    creds[name] = join(dir, 'creds', `${name}.creds`);
-    replaceFile(creds[name], await natsUserCreds(trust, name, { permissions }), 0o600);
-  }
-  return { trust: trustFile, issuer, accounts, helmValues, creds };
+  return { trust: trustFile, issuer, accounts, helmValues, creds, revocations: revocationsFile };
 }
