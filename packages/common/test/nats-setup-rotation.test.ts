@@ -3,15 +3,15 @@
  * issues every service a new user and revokes the one its creds file held: against a nats-server of the test's own in
  * operator mode (Debian's), configured from the set-up's `server/accounts.conf`, a copy of a service's earlier creds
  * file is refused once the server loads the new accounts (a reload), its open connection is closed, and the service's
- * connection comes back with the file's new user.
+ * connection comes back with the file's new user, however often it is refused before its file is replaced.
  */
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileCredentials, serviceInboxPrefix, writeNatsSetup } from '../src/index.ts';
+import { connectPublisher, fileCredentials, NatsPublisher, serviceInboxPrefix, writeNatsSetup } from '../src/index.ts';
 import { firstStatus, freePort, type ServerProcess, spawnProcess } from '../src/testing/index.ts';
 
 let dir: string;
@@ -72,7 +72,47 @@ async function acts(nc: NatsConnection): Promise<string> {
 
 const ACCOUNT_INFO = 'io.nats.jetstream.api.v1.account_info_response';
 
+/** The users a `revocations.json` revokes (none before the first run that replaced a creds file). */
+const revokedIn = (file: string): Record<string, number> =>
+  existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')).revoked as Record<string, number>) : {};
+
 describe('the NATS set-up run again', () => {
+  it('keeps a service reconnecting through refusals until its creds file is replaced (a Secret that updates late)', async () => {
+    const registryCreds = join(dir, 'creds', 'provider-registry.creds');
+    const mounted = join(dir, 'mounted.creds');
+    copyFileSync(registryCreds, mounted);
+    const publisher = await connectPublisher({
+      url: servers(),
+      name: 'provider-registry',
+      credentials: mounted,
+      inboxPrefix,
+    });
+    if (!(publisher instanceof NatsPublisher)) throw new Error('expected a NATS connection');
+    const nc = publisher.connection;
+    try {
+      expect(await acts(nc)).toBe(ACCOUNT_INFO);
+      await writeNatsSetup(dir);
+      const refusals: unknown[] = [];
+      const refused = (async () => {
+        for await (const s of nc.status()) {
+          if (s.type === 'error') refusals.push(s);
+          if (refusals.length >= 3) return;
+        }
+      })();
+      server.child.kill('SIGHUP');
+      // Refused again and again with the earlier user (nats.js gives up after two refusals unless told not to)...
+      await refused;
+      expect(nc.isClosed()).toBe(false);
+      // ...until the file holds the new one.
+      const back = firstStatus(nc, (s) => s.type === 'reconnect');
+      copyFileSync(registryCreds, mounted);
+      await back;
+      expect(await acts(nc)).toBe(ACCOUNT_INFO);
+    } finally {
+      await publisher.close();
+    }
+  });
+
   it("revokes each service's earlier user: a kept copy is refused after a reload, the service comes back with the new one", async () => {
     const registryCreds = join(dir, 'creds', 'provider-registry.creds');
     const stolen = join(dir, 'stolen.creds');
@@ -89,10 +129,11 @@ describe('the NATS set-up run again', () => {
       expect(await acts(thief)).toBe(ACCOUNT_INFO);
       const before = readFileSync(registryCreds, 'utf8');
 
+      const revokedBefore = Object.keys(revokedIn(join(dir, 'revocations.json'))).length;
       const again = await writeNatsSetup(dir);
       expect(readFileSync(registryCreds, 'utf8')).not.toBe(before);
-      const revoked = JSON.parse(readFileSync(again.revocations, 'utf8')).revoked as Record<string, number>;
-      expect(Object.keys(revoked)).toHaveLength(3);
+      const revoked = revokedIn(again.revocations);
+      expect(Object.keys(revoked)).toHaveLength(revokedBefore + 3);
       // Until the server loads the new accounts, the earlier user still gets in (the running platform is undisturbed).
       const early = await connectOnce(stolen);
       await early.close();
@@ -109,8 +150,8 @@ describe('the NATS set-up run again', () => {
       expect(await acts(service)).toBe(ACCOUNT_INFO);
       // A third run revokes the second user as well, and keeps the first revoked.
       const third = await writeNatsSetup(dir);
-      const revokedThird = JSON.parse(readFileSync(third.revocations, 'utf8')).revoked as Record<string, number>;
-      expect(Object.keys(revokedThird)).toHaveLength(6);
+      const revokedThird = revokedIn(third.revocations);
+      expect(Object.keys(revokedThird)).toHaveLength(revokedBefore + 6);
       expect(revokedThird).toMatchObject(revoked);
     } finally {
       await thief.close().catch(() => {});

@@ -161,9 +161,10 @@ export async function connectPublisher(opts: ConnectPublisherOptions): Promise<E
       connection = await connect({
         servers,
         name: opts.name,
-        ...(opts.credentials ? { authenticator: fileCredentials(opts.credentials) } : {}),
-        // A renewed user (a daemon's) comes after the server refused the expired one: keep reconnecting through auth
-        // errors rather than give up after two.
+        // A renewed user comes after the server refused the earlier one (a daemon's that expired; a service's that a
+        // new set-up revoked, whose creds file is replaced when its Secret is): keep reconnecting through auth errors
+        // rather than give up after two.
+        ...(opts.credentials ? { authenticator: fileCredentials(opts.credentials), ignoreAuthErrorAbort: true } : {}),
         ...(opts.authenticator ? { authenticator: opts.authenticator, ignoreAuthErrorAbort: true } : {}),
         ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
         // No stack captured for each request and flush in case it times out: two Errors a request, a quarter of a
