@@ -14,8 +14,9 @@ import { writeNatsSetup } from '../../packages/common/src/messaging/nats-setup.t
 
 const { values } = parseArgs({ options: { dir: { type: 'string' }, port: { type: 'string' } } });
 if (!values.dir || !values.port) throw new Error('usage: nats-operator.ts --dir DIR --port PORT');
-// New keys each time: a test run trusts nobody an earlier one issued.
-rmSync(join(values.dir, 'trust.json'), { force: true });
+// New keys each time: a test run trusts nobody an earlier one issued (and so has no earlier users to revoke).
+for (const file of ['trust.json', 'users.json', 'creds'])
+  rmSync(join(values.dir, file), { recursive: true, force: true });
 const setup = await writeNatsSetup(values.dir);
 const config = [
   `listen: 127.0.0.1:${Number(values.port)}`,

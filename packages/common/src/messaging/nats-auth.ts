@@ -90,24 +90,23 @@ export interface NatsAccountOptions {
   operatorJwt?: string;
 }
 
-/** The operator's JWT: `kept` when that operator signed it (and it names the system account), else a new one. */
+/**
+ * The operator's JWT: `kept` when it says what a new one would (the operator's key signed it, with the same name and
+ * claims: only its time and ID differ), else the new one.
+ */
 async function operatorJwtOf(trust: NatsTrust, kept: string | undefined): Promise<string> {
   const keys = natsPublicKeys(trust);
-  if (kept) {
-    try {
-      const claims = decode<{ system_account?: string }>(kept);
-      if (
-        claims.iss === keys.operator &&
-        claims.sub === keys.operator &&
-        claims.nats.system_account === keys.systemAccount
-      ) {
-        return kept;
-      }
-    } catch {
-      // Not a JWT: a new one below.
-    }
+  const fresh = await encodeOperator('platform', keyOf(trust.operator), { system_account: keys.systemAccount });
+  if (!kept) return fresh;
+  const same = (jwt: string) => {
+    const { iss, sub, name, nats } = decode(jwt);
+    return JSON.stringify({ iss, sub, name, nats });
+  };
+  try {
+    return same(kept) === same(fresh) ? kept : fresh;
+  } catch {
+    return fresh;
   }
-  return encodeOperator('platform', keyOf(trust.operator), { system_account: keys.systemAccount });
 }
 
 /**

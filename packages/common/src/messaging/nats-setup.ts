@@ -12,14 +12,15 @@
  * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), a new one at each run (a new
  *   key), so that a change of permissions takes effect at the services' next connection; secret; each service
  *   connects with its own inbox prefix (`serviceInboxPrefix`, which its user alone may read);
- * - `revocations.json`: the users those files held before, revoked (public keys and times only): the account's JWT
- *   names them, so a server that loads it (a reload, a restart) refuses a copy of an earlier creds file and closes
- *   its connections. A service reads its file again at each reconnection, so it comes back with the new user.
+ * - `users.json`: the users those files were given, and every earlier one, revoked (public keys and times only): the
+ *   account's JWT names the revoked, so a server that loads it (a reload, a restart) refuses a copy of an earlier
+ *   creds file and closes its connections. A service reads its file again at each reconnection, so it comes back with
+ *   the new user. The list only grows (service users do not expire), by one entry a service a run.
  * - `server/nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`).
  *
  * The creds are in a folder of their own too (a service is given its own file, never the seeds).
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseCreds } from '@nats-io/jwt';
 import { createFileOnce, replaceFile } from '../files.ts';
@@ -28,6 +29,7 @@ import {
   type NatsPermissions,
   type NatsRevocations,
   natsOperatorSettings,
+  natsPublicKeys,
   natsServerConfig,
   natsUserCreds,
   parseNatsTrust,
@@ -129,75 +131,121 @@ export interface NatsSetup {
   helmValues: string;
   /** Each platform user's creds file, by name. */
   creds: Record<string, string>;
-  /** The services' earlier users, revoked (`revocations.json`). */
-  revocations: string;
+  /** The services' users issued, and the earlier ones revoked (`users.json`). */
+  users: string;
 }
 
-/** The user key a creds file holds (its JWT's subject), or undefined when there is no such file or it holds none. */
-async function userKeyOf(file: string): Promise<string | undefined> {
-  if (!existsSync(file)) return undefined;
+/** `users.json`: the account's service users, the current ones by name and the earlier ones revoked (public keys). */
+interface UsersRecord {
+  /** The platform account's public key (a record of another account, before a new trust, is started over). */
+  account: string;
+  /** The user each service's creds file was given, and when (the JWT's `iat`). */
+  issued: Record<string, { key: string; at: number }>;
+  revoked: NatsRevocations;
+}
+
+const isUserKey = (key: string) => /^U[A-Z2-7]{55}$/.test(key);
+
+/** `users.json` of the account `account` (empty when there is none yet, or when it is another account's). */
+function readUsers(file: string, account: string): UsersRecord {
+  const empty: UsersRecord = { account, issued: {}, revoked: {} };
+  if (!existsSync(file)) return empty;
+  const bad = (why: string) => new Error(`${file}: ${why} (delete it only with trust.json: it revokes earlier users)`);
+  let json: Partial<UsersRecord>;
   try {
-    return (await parseCreds(readFileSync(file))).uc.sub;
+    json = JSON.parse(readFileSync(file, 'utf8')) as Partial<UsersRecord>;
+  } catch (err) {
+    throw bad(`not JSON (${(err as Error).message})`);
+  }
+  if (json.account !== account) return empty;
+  const { issued, revoked } = json;
+  const isMap = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (!isMap(issued) || !isMap(revoked)) throw bad('expected {"account", "issued": {...}, "revoked": {...}}');
+  for (const [key, at] of Object.entries(revoked)) {
+    if (!isUserKey(key) || !Number.isInteger(at)) throw bad(`revoked ${key}: not a user key and a time`);
+  }
+  for (const [name, user] of Object.entries(issued)) {
+    const u = user as { key?: unknown; at?: unknown };
+    if (!isMap(user) || typeof u.key !== 'string' || !isUserKey(u.key) || !Number.isInteger(u.at)) {
+      throw bad(`issued ${name}: not a user key and a time`);
+    }
+  }
+  return json as UsersRecord;
+}
+
+/** The user a creds file holds when the account `account` issued it (its key and its JWT's `iat`), else undefined. */
+async function credsUser(file: string, account: string): Promise<{ key: string; at: number } | undefined> {
+  try {
+    const { uc } = await parseCreds(readFileSync(file));
+    return uc.nats.issuer_account === account ? { key: uc.sub, at: uc.iat } : undefined;
   } catch {
     return undefined;
   }
 }
 
-/** The revocations `revocations.json` holds (none when there is no such file yet). */
-function readRevocations(file: string): NatsRevocations {
-  if (!existsSync(file)) return {};
-  const { revoked } = JSON.parse(readFileSync(file, 'utf8')) as { revoked?: unknown };
-  const entries = Object.entries(revoked ?? {});
-  if (typeof revoked !== 'object' || !entries.every(([, at]) => Number.isInteger(at))) {
-    throw new Error(`${file} is not a list of revoked NATS users ({"revoked": {"<user key>": <Unix seconds>}})`);
-  }
-  return Object.fromEntries(entries) as NatsRevocations;
-}
-
 /**
  * Writes (or completes) the set-up in `dir`: the trust made at the first run and reused after, the rest from it. Each
- * run issues each user in `users` (default `PLATFORM_NATS_USERS`) anew and revokes the one its creds file held.
- * Runs on one folder are one at a time (each reads and rewrites `revocations.json`).
+ * run issues each user in `users` (default `PLATFORM_NATS_USERS`) anew and revokes every user issued before: those
+ * `users.json` names and any the account issued that a creds file in `creds/` holds (a folder written before there
+ * was a record). Runs on one folder are one at a time (each reads and rewrites `users.json`).
  */
 export async function writeNatsSetup(
   dir: string,
   users: Record<string, NatsPermissions> = PLATFORM_NATS_USERS,
 ): Promise<NatsSetup> {
-  mkdirSync(join(dir, 'creds'), { recursive: true, mode: 0o700 });
+  const credsDir = join(dir, 'creds');
+  mkdirSync(credsDir, { recursive: true, mode: 0o700 });
   mkdirSync(join(dir, 'server'), { recursive: true, mode: 0o755 });
   const trustFile = join(dir, 'trust.json');
   if (!existsSync(trustFile)) createFileOnce(trustFile, `${JSON.stringify(createNatsTrust(), null, 2)}\n`, 0o600);
   const trust = parseNatsTrust(readFileSync(trustFile, 'utf8'));
   const issuer = join(dir, 'issuer.json');
   replaceFile(issuer, `${JSON.stringify({ account: trust.account, signer: trust.signer }, null, 2)}\n`, 0o600);
-  // The users the creds files hold now are revoked before the files are replaced: a run cut short between the two
-  // finds them again in the files, and the next one revokes them as well.
-  const creds = Object.fromEntries(Object.keys(users).map((name) => [name, join(dir, 'creds', `${name}.creds`)]));
-  const revocationsFile = join(dir, 'revocations.json');
-  const revocations = readRevocations(revocationsFile);
+  const account = natsPublicKeys(trust).account;
+  const usersFile = join(dir, 'users.json');
+  const record = readUsers(usersFile, account);
+  // Revoked as of now, or of the JWT's own time where that is later (a clock behind the one that issued it): the
+  // server refuses a key's JWTs issued at or before the time. A key is never issued again, so a later time is safe.
   const now = Math.floor(Date.now() / 1000);
-  for (const file of Object.values(creds)) {
-    const earlier = await userKeyOf(file);
-    if (earlier) revocations[earlier] = now;
+  const revoke = ({ key, at }: { key: string; at: number }) => {
+    record.revoked[key] = Math.max(now, at, record.revoked[key] ?? 0);
+  };
+  for (const user of Object.values(record.issued)) revoke(user);
+  for (const file of readdirSync(credsDir).filter((f) => f.endsWith('.creds'))) {
+    const held = await credsUser(join(credsDir, file), account);
+    if (held) revoke(held);
   }
-  replaceFile(revocationsFile, `${JSON.stringify({ revoked: revocations }, null, 2)}\n`, 0o644);
-  for (const [name, permissions] of Object.entries(users)) {
-    replaceFile(creds[name]!, await natsUserCreds(trust, name, { permissions }), 0o600);
+  // The new users are recorded before their files are written: a run cut short in between has them revoked by the
+  // next one, whichever files it finds.
+  const fresh = await Promise.all(
+    Object.entries(users).map(async ([name, permissions]) => {
+      const text = await natsUserCreds(trust, name, { permissions });
+      const { uc } = await parseCreds(new TextEncoder().encode(text));
+      return { name, text, key: uc.sub, at: uc.iat };
+    }),
+  );
+  record.issued = Object.fromEntries(fresh.map(({ name, key, at }) => [name, { key, at }]));
+  replaceFile(usersFile, `${JSON.stringify(record, null, 2)}\n`, 0o644);
+  const creds: Record<string, string> = {};
+  for (const { name, text } of fresh) {
+    creds[name] = join(credsDir, `${name}.creds`);
+    replaceFile(creds[name], text, 0o600);
   }
+  const { revoked: revocations } = record;
   const accounts = join(dir, 'server', 'accounts.conf');
   // The operator's JWT the last run wrote, kept, so that a running server can reload the new accounts.
   const operatorJwt = existsSync(accounts)
     ? /^operator: "([^"]+)"$/m.exec(readFileSync(accounts, 'utf8'))?.[1]
     : undefined;
-  const account = { revocations, operatorJwt };
-  replaceFile(accounts, await natsServerConfig(trust, account), 0o644);
+  const settings = { revocations, operatorJwt };
+  replaceFile(accounts, await natsServerConfig(trust, settings), 0o644);
   const helmValues = join(dir, 'server', 'nats-values.yaml');
-  const values = { config: { merge: await natsOperatorSettings(trust, account) } };
+  const values = { config: { merge: await natsOperatorSettings(trust, settings) } };
   replaceFile(
     helmValues,
     "# The platform's NATS operator, for the NATS Helm chart (-f this file after deploy/k8s/dependencies/nats/values.yaml).\n" +
       `${JSON.stringify(values, null, 2)}\n`,
     0o644,
   );
-  return { trust: trustFile, issuer, accounts, helmValues, creds, revocations: revocationsFile };
+  return { trust: trustFile, issuer, accounts, helmValues, creds, users: usersFile };
 }
