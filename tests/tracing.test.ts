@@ -144,6 +144,13 @@ describe('tracing', () => {
     });
     expect(ended.statusCode, ended.body).toBe(200);
     root.end();
+    // The registry's consumer of the held GPUs (another durable consumer than session.started's) ends its span once
+    // handled: on a busy machine after the requests above.
+    await expect
+      .poll(() => ofTrace().filter((s) => s.name.startsWith('process ') && s.name.endsWith('.lease.held')), {
+        timeout: 20_000,
+      })
+      .toHaveLength(1);
 
     const spans = ofTrace();
     const one = (what: string, match: (s: ReadableSpan) => boolean) => {

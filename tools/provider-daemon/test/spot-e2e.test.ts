@@ -211,7 +211,8 @@ describe('interruptible leases end to end', () => {
         expect(JSON.parse(/^notice (.*)$/m.exec(out)?.[1] ?? 'null')).toEqual(takenTwo.notice);
         expect(term).toBeLessThan(deadline - GRACE_MS / 2);
         expect(Math.max(...ticks)).toBeGreaterThan(deadline - 1500);
-        expect(Math.max(...ticks)).toBeLessThan(deadline + 2000);
+        // Killed at the deadline: a few seconds' slack for a busy machine's timers, well short of another grace.
+        expect(Math.max(...ticks)).toBeLessThan(deadline + GRACE_MS / 2);
         // The winner runs once both are gone (and holds its GPUs: the job cannot come back here at its bid).
         const won = await until(
           () => rig.workloadOf(winner.headers, winner.id),
