@@ -15,30 +15,17 @@ import {
   unlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decode } from '@nats-io/jwt';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectPublisher, fileCredentials, NatsPublisher, serviceInboxPrefix, writeNatsSetup } from '../src/index.ts';
-import { firstStatus, freePort, type ServerProcess, spawnProcess } from '../src/testing/index.ts';
+import { firstStatus, freePort, type ServerProcess, spawnProcess, waitForTcp } from '../src/testing/index.ts';
 
 let dir: string;
 let port: number;
 let server: ServerProcess;
-
-/** Resolves once something takes TCP connections on `port`. */
-function accepts(at: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = tcpConnect(at, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'nats-rotation-'));
@@ -49,13 +36,7 @@ beforeAll(async () => {
     `listen: 127.0.0.1:${port}\njetstream: { store_dir: ${JSON.stringify(join(dir, 'store'))} }\ninclude "server/accounts.conf"\n`,
   );
   server = spawnProcess('nats-server', ['-c', join(dir, 'nats.conf')], { env: process.env });
-  const deadline = Date.now() + 30_000;
-  while (!(await accepts(port))) {
-    if (server.child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`nats-server did not start:\n${server.output()}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitForTcp(port, server);
 });
 afterAll(async () => {
   if (server.child.exitCode === null) {

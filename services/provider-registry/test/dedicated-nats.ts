@@ -3,10 +3,9 @@
  * outage) without disturbing the shared test server. Restarted, it keeps its port and its streams.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type ServerProcess, spawnProcess } from '@gpu/common/testing';
+import { type ServerProcess, spawnProcess, waitForTcp } from '@gpu/common/testing';
 
 export class DedicatedNats {
   private readonly dir = mkdtempSync(join(tmpdir(), 'registry-nats-'));
@@ -26,13 +25,7 @@ export class DedicatedNats {
       { env: process.env },
     );
     this.server = server;
-    const deadline = Date.now() + 30_000;
-    while (!(await accepts(this.port))) {
-      if (server.child.exitCode !== null || Date.now() > deadline) {
-        throw new Error(`nats-server did not start:\n${server.output()}`);
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitForTcp(this.port, server);
   }
 
   /** Stops the server and waits for it to exit. */
@@ -48,15 +41,4 @@ export class DedicatedNats {
     await this.stop();
     rmSync(this.dir, { recursive: true, force: true });
   }
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }

@@ -61,6 +61,33 @@ export async function waitForHttp(
   }
 }
 
+/** Whether something takes TCP connections on `port` of 127.0.0.1 now. */
+async function acceptsTcp(port: number): Promise<boolean> {
+  const { connect } = await import('node:net');
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * Polls until `proc` takes TCP connections on `port` of 127.0.0.1 (a server that speaks no HTTP: nats-server); throws
+ * with the process's output when the process exits first or `timeoutMs` passes.
+ */
+export async function waitForTcp(port: number, proc: ServerProcess, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await acceptsTcp(port))) {
+    if (Date.now() > deadline || proc.child.exitCode !== null) {
+      throw new Error(`server did not start:\n${proc.output()}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /**
  * A TCP port nobody listens on right now, chosen by the kernel. Tests that start their own server process use it
  * instead of a fixed number: a fixed port in the ephemeral range (32768-60999 on Linux) can be held at that moment by
