@@ -14,7 +14,8 @@ usage: pnpm test [vitest arguments: files, folders, -t NAME ...]
 Lints (code and the OpenAPI documents), type-checks, looks for import cycles and dead exports, starts the real test
 servers (PostgreSQL, NATS, S3, a Consul stand-in, the Solana localnet; installed with apt when missing, as root), runs
 the tests with every answer checked against its service's OpenAPI document (a whole run, with no arguments, then runs
-the registry benchmark once at 20,000 providers, to see that it runs to its end), and stops the servers.
+the registry benchmark once at 20,000 providers, to see that it runs to its end), and stops the servers. A run that
+leaves a new file in the checkout (one git does not ignore) fails: tests write only into temporary folders.
   SKIP_CHECKS=1      skip lint, type-check, cycles and dead code (a quick, focused run)
   TEST_PORT_BASE=N   the test servers at N+0..9 and the platforms the tests start above them (two runs side by side)
   TEST_ENV_DIR=DIR   where the test servers keep their data (default .test-env)
@@ -33,6 +34,9 @@ if [ -z "${SKIP_CHECKS:-}" ]; then
   pnpm -s dead-code
   pnpm -s lint:api
 fi
+# Files new in the checkout after the run (git ignores neither): tests write only into their own temporary folders.
+new_files() { { git ls-files --others --exclude-standard 2>/dev/null || true; } | LC_ALL=C sort; }
+files_before=$(new_files)
 source scripts/test-env.sh
 trap test_env_down EXIT
 test_env_up
@@ -70,4 +74,10 @@ if [ $# -eq 0 ]; then
     echo "[test] the registry benchmark failed (its log: $smoke.log)" >&2
     exit 1
   fi
+fi
+left=$(LC_ALL=C comm -13 <(printf '%s\n' "$files_before") <(new_files) | sed '/^$/d')
+if [ -n "$left" ]; then
+  echo "[test] the run left files in the checkout (a test writes only into a temporary folder of its own):" >&2
+  sed 's/^/  /' <<<"$left" >&2
+  exit 1
 fi
