@@ -16,7 +16,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
-import { forEachLimited } from '@gpu/common';
+import { forEachLimited } from '@gpu/common/concurrency';
 import type { Context } from './cli.ts';
 import { readConfigFile, writeConfigFile } from './config.ts';
 import { localError } from './local-errors.ts';

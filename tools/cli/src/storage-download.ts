@@ -10,7 +10,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo } from '@gpu/client';
-import { forEachLimited } from '@gpu/common';
+import { forEachLimited } from '@gpu/common/concurrency';
 import { type Context, UsageError } from './cli.ts';
 import { downloadFile, headOf, type ObjectVersion } from './download.ts';
 import { locally } from './local-errors.ts';

@@ -9,7 +9,7 @@ import { open, readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { ObjectInfo, ObjectRef } from '@gpu/client';
-import { forEachLimited } from '@gpu/common';
+import { forEachLimited } from '@gpu/common/concurrency';
 import { type Context, UsageError } from './cli.ts';
 import { localError, locally } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';

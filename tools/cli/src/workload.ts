@@ -7,7 +7,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
-import { UNDELIVERED_END_REASONS } from '@gpu/common';
+import { UNDELIVERED_END_REASONS } from '@gpu/common/market-terms';
 import type { Context } from './cli.ts';
 import { downloadFile } from './download.ts';
 import { transferProgress } from './progress.ts';

@@ -4,7 +4,7 @@
  * codes) come from the environment or standard input, never from the command line.
  */
 import { authClient, unwrap } from '@gpu/client';
-import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common';
+import { isScope, SCOPE_MEANINGS, SCOPES } from '@gpu/common/scopes';
 import type { Command } from 'commander';
 import { context, printJson, show, UsageError } from '../cli.ts';
 import { type CliConfig, writeConfig } from '../config.ts';

@@ -5,7 +5,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BillingSchemas, unwrap } from '@gpu/client';
-import { parseDuration } from '@gpu/common';
+import { parseDuration } from '@gpu/common/duration';
 import { type Command, InvalidArgumentError } from 'commander';
 import {
   amount,

@@ -4,7 +4,7 @@
  */
 import { Writable } from 'node:stream';
 import { type BillingSchemas, unwrap } from '@gpu/client';
-import { parseDuration } from '@gpu/common';
+import { parseDuration } from '@gpu/common/duration';
 import { type Command, InvalidArgumentError } from 'commander';
 import { Decimal } from 'decimal.js';
 import {

@@ -4,7 +4,7 @@
  * transfer shows its progress on a terminal.
  */
 import { ApiError, type ObjectInfo } from '@gpu/client';
-import { forEachLimited } from '@gpu/common';
+import { forEachLimited } from '@gpu/common/concurrency';
 import type { Command } from 'commander';
 import { type Context, context, printJson, show, UsageError } from '../cli.ts';
 import { copyDown } from '../storage-download.ts';
