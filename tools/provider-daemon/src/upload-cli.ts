@@ -13,7 +13,7 @@
  */
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { parseDuration } from '@gpu/common';
+import { parseDuration } from '@gpu/common/duration';
 import { UploadError, uploadFile } from './upload.ts';
 
 const USAGE =

@@ -23,7 +23,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { withRetry } from '@gpu/common';
+import { withRetry } from '@gpu/common/retry';
 
 /** S3's largest single PUT (5 GiB); larger objects need a multipart upload, which a presigned PUT URL is not. */
 export const MAX_SINGLE_PUT_BYTES = 5 * 1024 ** 3;
