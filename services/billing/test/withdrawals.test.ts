@@ -167,6 +167,30 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
     expect(await L.chain.tokenBalance(address)).toBe('4');
     expect(await h.balanceOf(w.id)).toMatchObject({ available: '6.000000' });
   });
+
+  it('answers a same-key retry that found the funds gone with the withdrawal that took them, never 402', async () => {
+    // Each retry reads the balance before the first one's debit commits, or after it: one that reads it after finds
+    // too little left (6 of 10 taken). Its refusal is not the key's answer: the key belongs to the withdrawal.
+    const address = fresh();
+    const w = await h.fundedWallet('10', 'user', address);
+    const key = crypto.randomUUID();
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, () =>
+        post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '6' }, { 'idempotency-key': key }),
+      ),
+    );
+    const codes = answers.map((r) => `${r.statusCode} ${r.statusCode === 200 ? '' : r.json().code}`);
+    for (const r of answers) expect([200, 409], codes.join(', ')).toContain(r.statusCode);
+    for (const r of answers.filter((x) => x.statusCode === 409))
+      expect(r.json().code).toBe('IDEMPOTENCY_KEY_IN_PROGRESS');
+    const ids = new Set(answers.filter((r) => r.statusCode === 200).map((r) => r.json().id));
+    expect(ids.size).toBe(1);
+    const replay = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '6' }, { 'idempotency-key': key });
+    expect(replay.statusCode, replay.body).toBe(200);
+    expect(ids.has(replay.json().id)).toBe(true);
+    expect(await L.chain.tokenBalance(address)).toBe('6');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '4.000000' });
+  });
 });
 
 describe('a withdrawal that is not final within the confirm timeout', () => {

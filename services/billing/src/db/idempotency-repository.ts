@@ -3,7 +3,7 @@
  * used with, the money movement it claimed and the answer stored for it
  * (domain/idempotency.ts has the rules, routes/idempotent.ts the HTTP side).
  */
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { BillingDB } from './schema.ts';
 
 /** An answer as stored for a key and replayed to its retries: the response's status and body. */
@@ -16,6 +16,11 @@ export interface StoredResponse {
 export interface IdempotencyContext {
   key: string;
   hash: string;
+  /**
+   * Set when this request claimed the key (`insertKey`), with the movement it claimed it for: only such a claim's row
+   * takes this request's answer (its transaction may still roll back, and the row with it).
+   */
+  claimed?: { transactionId: string | null };
 }
 
 /** Thrown when a concurrent request claimed the same key first. */
@@ -58,28 +63,35 @@ export async function insertKey(
     if (isKeyViolation(err)) throw new IdempotencyKeyTaken();
     throw err;
   }
+  ctx.claimed = { transactionId };
 }
 
-/** Stores the final answer of a claimed key, or claims and stores it (answers before any movement). */
+/**
+ * Stores the final answer of a key: claims and stores it when no request holds the key (an answer before any
+ * movement), or completes the claim of the movement `claimedBy` (this request's own, or a crashed request's being
+ * resumed). The row of another request's claim is left alone, answered or not. Whether the answer was stored.
+ */
 export async function storeResponse(
   db: Kysely<BillingDB>,
   ctx: IdempotencyContext,
   response: StoredResponse,
-): Promise<void> {
-  await db
+  claimedBy: { transactionId: string | null } | undefined = ctx.claimed,
+): Promise<boolean> {
+  const body = JSON.stringify(response.body);
+  const row = await db
     .insertInto('idempotency_keys')
-    .values({
-      key: ctx.key,
-      request_hash: ctx.hash,
-      response_status: response.status,
-      response_body: JSON.stringify(response.body),
-    })
+    .values({ key: ctx.key, request_hash: ctx.hash, response_status: response.status, response_body: body })
     .onConflict((oc) =>
-      oc
-        .column('key')
-        .doUpdateSet({ response_status: response.status, response_body: JSON.stringify(response.body) })
-        .where('idempotency_keys.response_status', 'is', null)
-        .where('idempotency_keys.request_hash', '=', ctx.hash),
+      claimedBy
+        ? oc
+            .column('key')
+            .doUpdateSet({ response_status: response.status, response_body: body })
+            .where('idempotency_keys.response_status', 'is', null)
+            .where('idempotency_keys.request_hash', '=', ctx.hash)
+            .where(sql<boolean>`idempotency_keys.transaction_id IS NOT DISTINCT FROM ${claimedBy.transactionId}`)
+        : oc.column('key').doNothing(),
     )
-    .execute();
+    .returning('key')
+    .executeTakeFirst();
+  return row !== undefined;
 }

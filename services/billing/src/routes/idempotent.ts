@@ -53,7 +53,7 @@ async function stored(opts: IdempotentOptions, ctx: IdempotencyContext): Promise
   if (state.kind === 'replay') return state.response;
   const resumed = state.transactionId && opts.resume ? await opts.resume(state.transactionId) : null;
   if (!resumed) throw billingErrors.idempotencyInProgress(state.transactionId);
-  await storeAnswer(opts.db, ctx, resumed);
+  await storeAnswer(opts.db, ctx, resumed, { transactionId: state.transactionId });
   return resumed;
 }
 
@@ -87,10 +87,17 @@ export async function runIdempotent(
     }
     if (isDefinitiveError(err)) {
       const appError = err as AppError;
-      await storeAnswer(opts.db, ctx, {
+      const kept = await storeAnswer(opts.db, ctx, {
         status: statusOf(appError),
         body: { ...problemOf(appError), request_id: request.id },
       });
+      // A twin claimed the key meanwhile (this request refused before claiming it, e.g. the funds the twin just took):
+      // the key's answer is the twin's, as for a twin that failed on the claim.
+      if (!kept) {
+        const other = await stored(opts, ctx);
+        if (other) return send(reply, other, true);
+        throw billingErrors.idempotencyInProgress(null);
+      }
     }
     throw err;
   }
