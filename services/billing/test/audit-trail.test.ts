@@ -96,6 +96,61 @@ describe('the audit trail of money going out', () => {
     ]);
   });
 
+  it('records a withdrawal whose client hung up while it was sent, once it is confirmed', async () => {
+    // The chain holds the transfer until the client has gone: the money still moves, and so must the record of it.
+    let sending!: () => void;
+    const atSend = new Promise<void>((r) => {
+      sending = r;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    const held = Object.create(L.chain) as typeof L.chain;
+    held.sendAndConfirm = async (prepared) => {
+      sending();
+      await released;
+      return L.chain.sendAndConfirm(prepared);
+    };
+    const harness = await setupBilling({ chain: held });
+    try {
+      const url = await harness.app.listen({ port: 0, host: '127.0.0.1' });
+      const renter = await harness.issuer.user(['renter']);
+      const w = await harness.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), {
+        ownerId: renter.id,
+      });
+      const client = new AbortController();
+      const asked = fetch(`${url}/api/v1/wallet/${w.id}/withdraw`, {
+        method: 'POST',
+        headers: { ...renter.headers, 'content-type': 'application/json', 'x-request-id': 'req-hung-up' },
+        body: JSON.stringify({ amount: '5' }),
+        signal: client.signal,
+      });
+      await atSend;
+      client.abort();
+      await expect(asked).rejects.toThrow();
+      release();
+      const trail = () => harness.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
+      let events = (await trail()).json();
+      for (let i = 0; i < 400 && events.length < 1; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        events = (await trail()).json();
+      }
+      expect(events).toMatchObject([
+        {
+          outcome: 'succeeded',
+          actor_id: renter.id,
+          request_id: 'req-hung-up',
+          details: { status_code: 200, amount: '5', status: 'confirmed' },
+        },
+      ]);
+      expect(await harness.balanceOf(w.id)).toMatchObject({ available: '15.000000' });
+    } finally {
+      release();
+      await harness.close();
+    }
+  });
+
   it('records deposits, and automatic payouts by the service itself, as withdrawals are', async () => {
     const renter = await h.issuer.user(['renter']);
     const kp = await L.user(30n);

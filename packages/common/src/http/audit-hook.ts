@@ -4,7 +4,7 @@
  *   app.post('/api/v1/wallet/:walletID/withdraw', { config: { audit: { action: 'withdrawal', body: ['amount'] } } })
  *
  * and every answer of it, allowed or refused, is appended to the service's `audit_events` (db/audit-trail.ts) once
- * sent: who (the token's subject, kind and API key), from where, in which request, what (the route's first path
+ * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in which request, what (the route's first path
  * parameter as the target, the body fields named, the answer's `id`, `status` or problem `code`) and the outcome
  * (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check refused before the handler is recorded too.
  * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
@@ -24,7 +24,6 @@ declare module 'fastify' {
 
 /** What of an answer's body the trail keeps. */
 const ANSWER_FIELDS = ['id', 'status', 'code'] as const;
-const answers = new WeakMap<FastifyRequest, Record<string, unknown>>();
 
 function outcomeOf(status: number): AuditOutcome {
   if (status >= 500) return 'failed';
@@ -45,43 +44,52 @@ function picked(body: unknown, fields: readonly string[] | undefined): Record<st
   return Object.fromEntries(fields.filter((f) => b[f] !== undefined).map((f) => [f, b[f]]));
 }
 
+/** The answer's fields the trail keeps, from a JSON body (nothing from another). */
+function answerOf(payload: unknown): Record<string, unknown> {
+  if (typeof payload !== 'string' || payload.length > 65_536) return {};
+  try {
+    const body = JSON.parse(payload) as Record<string, unknown>;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) return {};
+    return Object.fromEntries(ANSWER_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]]));
+  } catch {
+    return {}; // Not JSON: nothing of it is kept.
+  }
+}
+
 export const auditHook = fp(
   async (app: FastifyInstance, opts: { db: Kysely<never> }) => {
-    app.addHook('onSend', async (request: FastifyRequest, _reply: FastifyReply, payload: unknown) => {
-      if (!request.routeOptions.config?.audit || typeof payload !== 'string' || payload.length > 65_536) return payload;
-      try {
-        const body = JSON.parse(payload) as Record<string, unknown>;
-        if (body && typeof body === 'object' && !Array.isArray(body)) {
-          answers.set(
-            request,
-            Object.fromEntries(ANSWER_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])),
-          );
-        }
-      } catch {
-        // Not JSON: nothing of it is kept.
-      }
-      return payload;
-    });
-    app.addHook('onResponse', async (request: FastifyRequest, reply: FastifyReply) => {
+    const append = (request: FastifyRequest, statusCode: number, answer: Record<string, unknown>) => {
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
       const p = request.principal;
-      await appendAudit(opts.db, {
+      void appendAudit(opts.db, {
         action: audit.action,
-        outcome: outcomeOf(reply.statusCode),
+        outcome: outcomeOf(statusCode),
         actor: p && !p.unchecked ? auditActor(p) : null,
         address: request.clientIp,
         target: targetOf(request.params),
         details: {
-          status_code: reply.statusCode,
+          status_code: statusCode,
           ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
           ...picked(request.body, audit.body),
-          ...answers.get(request),
+          ...answer,
         },
         requestId: String(request.id),
       }).catch((err: unknown) =>
         request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),
       );
+    };
+    // Appended once the answer is on its way out and the response closes, whether it finished or its client hung up
+    // first: Fastify's onResponse runs only for a response that finished, and a withdrawal whose client left while it
+    // was confirmed moved money all the same.
+    app.addHook('onSend', async (request: FastifyRequest, reply: FastifyReply, payload: unknown) => {
+      if (!request.routeOptions.config?.audit) return payload;
+      const statusCode = reply.statusCode;
+      const answer = answerOf(payload);
+      const res = reply.raw;
+      if (res.destroyed || res.closed) append(request, statusCode, answer);
+      else res.once('close', () => append(request, statusCode, answer));
+      return payload;
     });
   },
   { name: 'audit-hook' },
