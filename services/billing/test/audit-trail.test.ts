@@ -14,8 +14,8 @@ let h: BillingHarness;
 let L: Localnet;
 
 /** The trail's events matching `query`, once at least `n` are there (each is written once its answer is sent). */
-async function eventually(query: string, n: number) {
-  const read = async () => (await h.app.inject({ url: `/api/v1/billing/audit?${query}` })).json();
+async function eventually(query: string, n: number, harness: BillingHarness = h) {
+  const read = async () => (await harness.app.inject({ url: `/api/v1/billing/audit?${query}` })).json();
   let events = await read();
   // Up to 20 s of polling (it stops once they are there): a busy machine can be slow to write them.
   for (let i = 0; i < 400 && events.length < n; i++) {
@@ -130,12 +130,7 @@ describe('the audit trail of money going out', () => {
       client.abort();
       await expect(asked).rejects.toThrow();
       release();
-      const trail = () => harness.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
-      let events = (await trail()).json();
-      for (let i = 0; i < 400 && events.length < 1; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        events = (await trail()).json();
-      }
+      const events = await eventually(`action=withdrawal&target=wallet:${w.id}`, 1, harness);
       expect(events).toMatchObject([
         {
           outcome: 'succeeded',

@@ -4,9 +4,10 @@
  *   app.post('/api/v1/wallet/:walletID/withdraw', { config: { audit: { action: 'withdrawal', body: ['amount'] } } })
  *
  * and every answer of it, allowed or refused, is appended to the service's `audit_events` (db/audit-trail.ts) once
- * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in which request, what (the route's first path
- * parameter as the target, the body fields named, the answer's `id`, `status` or problem `code`) and the outcome
- * (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check refused before the handler is recorded too.
+ * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in
+ * which request, what (the route's first path parameter as the target, the body fields named, the answer's `id`,
+ * `status` or problem `code`) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check
+ * refused before the handler is recorded too.
  * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
  * platform service acting on someone's wallet or machine is the actor beside a target that is not theirs.
  */
