@@ -1455,7 +1455,12 @@ async function main() {
   const onChain = await chainBalance(connection, payoutKey.publicKey);
   say(
     'paid out on chain',
-    `${payouts.map((p) => `${p.amount} (signature ${p.signature})`).join(', ')}; the address now holds ${onChain}`,
+    `${payouts
+      .map(
+        (p) =>
+          `${p.amount}${new Decimal(p.fee).isZero() ? '' : `, ${p.fee} of it the token account fee`} (signature ${p.signature})`,
+      )
+      .join('; ')}; the address now holds ${onChain}`,
     standsFor('earnings', { machine: machineId }),
   );
   await until('the registry to show the machine idle', async () =>
@@ -1483,6 +1488,7 @@ async function main() {
       await renterFigures(connection, second, [secondRecord.total_cost, spot.winnerRecord.total_cost]),
     ],
     payouts: payouts.map((p) => p.amount),
+    payoutFees: payouts.map((p) => p.fee),
     payoutAddressOnChain: onChain,
     treasuryBefore,
     treasuryAfter: await tokenAccountBalance(connection, treasury),
@@ -1558,6 +1564,7 @@ async function main() {
     spot_winner_total_cost: spot.winnerRecord.total_cost,
     spot_winner_hourly_rate: spot.winnerRecord.total_hourly_rate,
     payout_amounts: payouts.map((p) => p.amount),
+    payout_fees: payouts.map((p) => p.fee),
     payout_signatures: payouts.map((p) => p.signature),
     payout_address: payoutKey.publicKey.toBase58(),
     payout_address_balance: onChain,

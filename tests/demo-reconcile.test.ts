@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { baseUnits, type MarketFigures, reconcile } from '../scripts/lib/demo-reconcile.ts';
 
 // What a real demo run read back: one renter's minute of 4 H100s, another's session ended at its cap of 1.5, 5% fee,
-// a storage charge, two payouts.
+// a storage charge, two payouts (the first created the payout address's token account: 0.5 withheld).
 const run: MarketFigures = {
   decimals: 6,
   sessions: [
@@ -35,9 +35,10 @@ const run: MarketFigures = {
     },
   ],
   payouts: ['1.425000', '12.811887'],
-  payoutAddressOnChain: '14.236887',
+  payoutFees: ['0.500000', '0.000000'],
+  payoutAddressOnChain: '13.736887',
   treasuryBefore: '1000000',
-  treasuryAfter: '1000935.763113',
+  treasuryAfter: '1000936.263113',
 };
 const failing = (f: MarketFigures) =>
   reconcile(f)
@@ -60,16 +61,22 @@ describe('demo reconciliation', () => {
       'session 1: renter paid 13.486197 = provider earned 12.811888 + platform fee 0.674310',
       'paid out on chain 14.236887 = provider earned 14.236888',
     ]);
-    expect(failing({ ...run, payouts: ['1.425000', '12.811886'], payoutAddressOnChain: '14.236886' })).toEqual([
+    expect(failing({ ...run, payouts: ['1.425000', '12.811886'], payoutAddressOnChain: '13.736886' })).toEqual([
       'paid out on chain 14.236886 = provider earned 14.236887',
-      'treasury on chain 935.763113 since the first deposit = deposited 950.000000 - paid out 14.236886',
+      'treasury on chain 936.263113 since the first deposit = deposited 950.000000 - sent 13.736886',
     ]);
+    // The fee withheld is the platform's: the address that got the whole amount, or a treasury that sent it, fails.
+    expect(failing({ ...run, payoutAddressOnChain: '14.236887' })).toEqual([
+      "provider's payout address on chain 14.236887 = paid out 14.236887 - token account fee 0.500000",
+    ]);
+    expect(failing({ ...run, treasuryAfter: '1000935.763113' })).toHaveLength(1);
+    expect(failing({ ...run, payoutFees: ['0', '0'] })).toHaveLength(2);
     // A storage charge the wallet does not show, or one base unit still locked.
     expect(failing({ ...run, renters: renter(0, { storageCharged: ['0.000001'] }) })).toHaveLength(1);
     expect(failing({ ...run, renters: renter(1, { available: '48.499999' }) })).toHaveLength(1);
     expect(failing({ ...run, renters: renter(0, { addressPerBilling: '99.999999' }) })).toHaveLength(1);
     expect(failing({ ...run, payoutAddressOnChain: '0' })).toHaveLength(1);
-    expect(failing({ ...run, treasuryAfter: '1000935.763114' })).toHaveLength(1);
+    expect(failing({ ...run, treasuryAfter: '1000936.263114' })).toHaveLength(1);
   });
 
   it('checks the fee is the percentage of the cost to the token unit', () => {

@@ -1,7 +1,8 @@
 /**
  * The demo's last word: what the services and the chain say once the market's rentals ended, reconciled exactly
- * (amounts as base units of the token, integers): each session's split, the provider's payouts, each renter's wallet
- * (deposits less rentals and storage) and address, the treasury. Each check is a line; the demo exits 0 only when every line holds.
+ * (amounts as base units of the token, integers): each session's split, the provider's payouts (less the token account
+ * fee of the one that created the payout address's token account), each renter's wallet (deposits less rentals and
+ * storage) and address, the treasury. Each check is a line; the demo exits 0 only when every line holds.
  */
 
 /** Decimal token amount → base units (the token's `decimals`), exactly. */
@@ -49,6 +50,11 @@ export interface MarketFigures {
   renters: RenterFigures[];
   /** The automatic payouts of the provider's earnings (confirmed on chain). */
   payouts: string[];
+  /**
+   * The token account fee each payout withheld (its `fee`: the one that created the address's token account sent its
+   * amount less the fee, which the platform keeps), in the order of `payouts`.
+   */
+  payoutFees: string[];
   /** The payout address's balance on chain (it held nothing before). */
   payoutAddressOnChain: string;
   /** The treasury token account before the first deposit and after the last payout. */
@@ -116,15 +122,18 @@ export function reconcile(f: MarketFigures): Check[] {
     );
   }
   const deposited = sum(f.renters.map((r) => r.deposited));
+  const fees = sum(f.payoutFees);
+  const sent = paidOut - fees;
   checks.push(
     check(
-      u(f.payoutAddressOnChain) === paidOut,
-      `provider's payout address on chain ${fmt(u(f.payoutAddressOnChain))} = paid out ${fmt(paidOut)}`,
+      u(f.payoutAddressOnChain) === sent,
+      `provider's payout address on chain ${fmt(u(f.payoutAddressOnChain))} = paid out ${fmt(paidOut)} - token ` +
+        `account fee ${fmt(fees)}`,
     ),
     check(
-      u(f.treasuryAfter) - u(f.treasuryBefore) === deposited - paidOut,
+      u(f.treasuryAfter) - u(f.treasuryBefore) === deposited - sent,
       `treasury on chain ${fmt(u(f.treasuryAfter) - u(f.treasuryBefore))} since the first deposit = deposited ` +
-        `${fmt(deposited)} - paid out ${fmt(paidOut)}`,
+        `${fmt(deposited)} - sent ${fmt(sent)}`,
     ),
   );
   return checks;

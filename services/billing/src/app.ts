@@ -13,6 +13,7 @@ import {
   durationMs,
   type Logger,
   Outbox,
+  RateLimiter,
   type TokenVerifier,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -26,6 +27,7 @@ import { pingBillingDatabase } from './db/open.ts';
 import type { BillingDB } from './db/schema.ts';
 import type { Chain } from './domain/chain/index.ts';
 import { type BillingContext, newBillingState } from './domain/context.ts';
+import { Dec } from './domain/ledger/index.ts';
 import { type MarketFactors, neutralMarket, normalizeModel } from './domain/pricing/index.ts';
 import type { ProviderDirectory } from './domain/provider-directory.ts';
 import { HostKey, liveSessions, PortGrants, ReachRelay } from './domain/reach/index.ts';
@@ -93,6 +95,11 @@ export function billingContext(deps: BillingDeps): BillingContext {
     scale,
     commitment: deps.config.blockchain.commitment,
     minimumPayout: deps.config.billing.minimum_payout,
+    tokenAccountFee: new Dec(deps.config.billing.token_account_fee).toDecimalPlaces(scale, Dec.ROUND_UP).toFixed(),
+    withdrawalLimit:
+      deps.config.billing.withdrawals_per_hour > 0
+        ? { limiter: new RateLimiter(deps.db), perHour: deps.config.billing.withdrawals_per_hour }
+        : null,
     pricing: {
       card: {
         baseRates: normalizeRateTable(deps.config.pricing.base_rates),

@@ -134,6 +134,19 @@ export const billingConfigSchema = z.object({
       low_balance_warning: zDuration().default('15m'),
       minimum_payout: zDecimal().default('10'),
       /**
+       * Tokens withheld from a withdrawal or payout whose transfer must create the destination's token account (none
+       * is there yet): the treasury pays that account's rent in SOL (about 0.002), and its owner can close it and keep
+       * the rent, so without a fee every payout to a fresh address would cost the treasury SOL. Set it to what the
+       * rent is worth in tokens; 0 makes the treasury pay it.
+       */
+      token_account_fee: zDecimal().default('0.5'),
+      /**
+       * How many withdrawals one wallet may make in an hour, counted across every instance; more are refused (429
+       * RATE_LIMITED, Retry-After) with nothing debited. Each costs the treasury a transaction fee in SOL whatever its
+       * amount. 0: no limit.
+       */
+      withdrawals_per_hour: zInt(0, 1_000_000).default(30),
+      /**
        * How far a usage report may be dated ahead of billing's clock, or before its session started, and still be
        * applied: a provider daemon's clock is never quite billing's. Beyond it the report is refused (400, or a NATS
        * message terminated), so a wrong clock never sets the session's last usage time. A storage report's period

@@ -32,7 +32,13 @@ describe('payment events', () => {
       const row = await recordIntent(
         h.ctx,
         { wallet: w, type: 'payout', amount: new Dec('10'), destination: w.solanaAddress!, correlationId: 'corr-42' },
-        { signature: 'sig-events-test', serialized: 'AA==', lastValidBlockHeight: 1 },
+        {
+          signature: 'sig-events-test',
+          serialized: 'AA==',
+          lastValidBlockHeight: 1,
+          createsAccount: false,
+          sent: '10',
+        },
         null,
       );
       await settle(h.ctx, row.id, 'confirmed', null, 'corr-42');

@@ -3,7 +3,8 @@
  * posted in part or voided, withdrawals confirmed or failed), afterwards
  * every balance equals its transfers, no wallet account is negative, locked
  * equals what pending holds hold, and the money inside the platform equals
- * deposits minus confirmed withdrawals and payouts.
+ * deposits minus what confirmed withdrawals and payouts sent (a token account
+ * fee withheld from one stays inside, the platform's).
  */
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
@@ -34,6 +35,8 @@ const op = fc.oneof(
     amount,
     lands: fc.boolean(),
     payout: fc.boolean(),
+    /** The share of the amount withheld as a token account fee (0: the destination had its account). */
+    feeShare: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 0.99, noNaN: true })),
   }),
 );
 
@@ -72,14 +75,21 @@ async function run(o: Op, wallets: Wallet[], provider: Wallet): Promise<void> {
       );
     } else {
       const signature = randomBytes(48).toString('hex');
+      const sent = o.amount.minus(o.amount.mul(o.feeShare).toDecimalPlaces(6, Dec.ROUND_DOWN));
       const row = await recordIntent(
         h.ctx,
         { wallet, type: o.payout ? 'payout' : 'withdrawal', amount: o.amount, destination: wallet.solanaAddress! },
-        { signature, serialized: 'AA==', lastValidBlockHeight: 1 },
+        {
+          signature,
+          serialized: 'AA==',
+          lastValidBlockHeight: 1,
+          createsAccount: o.feeShare > 0,
+          sent: sent.toFixed(),
+        },
         null,
       );
       await settle(h.ctx, row.id, o.lands ? 'confirmed' : 'failed', o.lands ? null : 'test failure');
-      if (o.lands) sentOut = sentOut.plus(o.amount);
+      if (o.lands) sentOut = sentOut.plus(sent);
     }
   } catch (err) {
     const code = (err as { code?: string }).code;

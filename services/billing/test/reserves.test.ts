@@ -35,6 +35,7 @@ describe('GET /api/v1/billing/reserves', () => {
       ratio: null,
       covered: true,
     });
+    const solBefore = (await reserves()).treasury_sol;
     // Every one of them owed to a wallet (as deposits credit them), some held by a session.
     const w = await h.fundedWallet('1000000', 'user', Keypair.generate().publicKey.toBase58());
     await h.db.transaction().execute((trx) => createHold(trx, w.id, new Dec('100'), null, { now: new Date() }));
@@ -52,7 +53,12 @@ describe('GET /api/v1/billing/reserves', () => {
       payload: { amount: '40' },
     });
     expect(sent.statusCode, sent.body).toBe(200);
-    expect(await reserves()).toMatchObject({ treasury_balance: '999960.000000', ratio: '1.000000', covered: true });
+    const after = await reserves();
+    expect(after).toMatchObject({ treasury_balance: '999960.000000', ratio: '1.000000', covered: true });
+    // The treasury's SOL as the chain has it: the withdrawal paid its fee and the new token account's rent from it.
+    const lamports = await L.conn.getBalance(L.treasury.publicKey, 'finalized');
+    expect(new Dec(after.treasury_sol).times(1e9).toFixed()).toBe(String(lamports));
+    expect(new Dec(solBefore).minus(after.treasury_sol).toNumber()).toBeGreaterThan(0.002);
     // Tokens leave the treasury behind the ledger's back: the check fails by exactly that much.
     const elsewhere = await L.user(0n);
     await L.transfer(L.treasury, elsewhere.publicKey, 25n * L.unit);

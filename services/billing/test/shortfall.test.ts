@@ -353,6 +353,8 @@ describe('the pause', () => {
       const check = await h.app.inject({ url: '/api/v1/billing/reserves' });
       expect(check.json()).toMatchObject({ ratio: '1.000000', covered: true, payouts_paused: null });
       expect(await metric(h, 'billing_reserve_ratio')).toBe(1);
+      expect(await metric(h, 'billing_treasury_sol')).toBe(Number(check.json().treasury_sol));
+      expect(Number(check.json().treasury_sol)).toBeGreaterThan(0);
       await drain(480n);
       const short = (await h.app.inject({ url: '/api/v1/billing/reserves' })).json();
       expect(short).toMatchObject({ ratio: '0.520000', covered: false, gap: '480.000000' });

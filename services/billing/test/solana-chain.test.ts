@@ -184,12 +184,48 @@ describe('transfers out of the treasury', () => {
     expect(await chain.tokenBalance(user.publicKey.toBase58())).toBe('5');
   });
 
+  it('withholds the account fee only from a transfer that creates the account, and refuses one it would consume', async () => {
+    const dest = Keypair.generate().publicKey.toBase58();
+    const before = await treasuryUnits();
+    await expect(chain.prepareTransfer(dest, '0.5', { accountFee: '0.5' })).rejects.toThrow(/no token account/);
+    const first = await chain.prepareTransfer(dest, '2', { accountFee: '0.5' });
+    expect(first).toMatchObject({ createsAccount: true, sent: '1.5' });
+    expect(await chain.sendAndConfirm(first)).toBe('finalized');
+    expect(await chain.tokenBalance(dest)).toBe('1.5');
+    expect(await treasuryUnits()).toBe(before - 1_500_000n);
+    const second = await chain.prepareTransfer(dest, '0.5', { accountFee: '0.5' });
+    expect(second).toMatchObject({ createsAccount: false, sent: '0.5' });
+    expect(await chain.sendAndConfirm(second)).toBe('finalized');
+    expect(await chain.tokenBalance(dest)).toBe('2');
+  });
+
   it('reports a transfer that fails on chain as failed, moving nothing', async () => {
     const dest = Keypair.generate().publicKey.toBase58();
     const before = await treasuryUnits();
     const prepared = await chain.prepareTransfer(dest, (before / T + 1n).toString());
     expect(await chain.sendAndConfirm(prepared)).toBe('failed');
     expect(await chain.signatureState(prepared.signature)).toEqual({ state: 'failed', expired: false });
+    expect(await treasuryUnits()).toBe(before);
+  });
+
+  it('calls a failed transfer failed only once its failure is as final as the commitment', async () => {
+    // A failure seen on a fork that is dropped could still land on another: until it is final it is in progress.
+    const dest = Keypair.generate().publicKey.toBase58();
+    await localnetRpc('localnet_setFinalityDelay', [{ address: dest, slots: 1_000_000 }]);
+    const before = await treasuryUnits();
+    const prepared = await chain.prepareTransfer(dest, (before / T + 1n).toString());
+    await fx.connection.sendRawTransaction(Buffer.from(prepared.serialized, 'base64'), { skipPreflight: true });
+    await expect.poll(async () => (await chain.signatureState(prepared.signature)).state).not.toBe('unknown');
+    expect(await chain.signatureState(prepared.signature, prepared.lastValidBlockHeight)).toEqual({
+      state: 'confirmed',
+      expired: false,
+    });
+    expect(await chain.signatureStates([prepared.signature])).toEqual(['confirmed']);
+    const atConfirmed = await SolanaChain.connect(fx.chainOptions({ commitment: 'confirmed' }));
+    expect(await atConfirmed.signatureStates([prepared.signature])).toEqual(['failed']);
+    await localnetRpc('localnet_finalize', [prepared.signature]);
+    expect(await chain.signatureState(prepared.signature)).toEqual({ state: 'failed', expired: false });
+    expect(await chain.sendAndConfirm(prepared)).toBe('failed');
     expect(await treasuryUnits()).toBe(before);
   });
 

@@ -102,8 +102,8 @@ describe('service surface', () => {
     }
     expect(Object.keys(doc.paths['/api/v1/wallet/{walletID}/withdraw'].post.responses).sort()).toEqual(
       // 401 and 403: every billing route needs an access token; 413, 415 and 500: the platform's own answers to
-      // any JSON body.
-      ['200', '202', '400', '401', '402', '403', '404', '409', '413', '415', '500', '502', '503'].sort(),
+      // any JSON body; 429: the wallet's withdrawals of the hour made.
+      ['200', '202', '400', '401', '402', '403', '404', '409', '413', '415', '429', '500', '502', '503'].sort(),
     );
   });
 });

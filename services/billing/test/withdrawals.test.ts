@@ -3,6 +3,7 @@
  * creation, chain failure reversal, idempotency, and reconciliation after a
  * crash at each point between debit and settlement.
  */
+import { RateLimiter } from '@gpu/common';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getTransaction } from '../src/db/transaction-repository.ts';
@@ -35,6 +36,13 @@ const post = (url: string, payload: object, headers: Record<string, string> = {}
   h.app.inject({ method: 'POST', url, payload, headers });
 const fresh = () => Keypair.generate().publicKey.toBase58();
 
+/** The balances of the platform's fees and of what left for the chain. */
+async function systemBalances() {
+  const { accounts } = await h.assertLedgerConsistent();
+  const of = (kind: string) => new Dec(accounts.find((a) => a.kind === kind)?.balance ?? '0');
+  return { platform_fees: of('platform_fees'), chain_outgoing: of('chain_outgoing') };
+}
+
 describe('POST /api/v1/wallet/{id}/withdraw', () => {
   it('sends tokens to the wallet address, creating its token account, and settles the debit', async () => {
     const address = fresh(); // no token account yet
@@ -65,6 +73,78 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       'withdrawal.pending',
     ]);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('withholds the token account fee from a transfer that creates the account, and only then', async () => {
+    h.ctx.tokenAccountFee = '0.5';
+    try {
+      const before = await systemBalances();
+      const address = fresh(); // no token account yet: the treasury pays its rent
+      const w = await h.fundedWallet('20', 'user', address);
+      const first = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '10' });
+      expect(first.statusCode, first.body).toBe(200);
+      expect(first.json()).toMatchObject({ status: 'confirmed', amount: '10.000000', fee: '0.500000' });
+      expect(await L.chain.tokenBalance(address)).toBe('9.5');
+      expect(await h.balanceOf(w.id)).toMatchObject({ available: '10.000000', pending: '0.000000' });
+      // The account is there now: the next transfer sends the whole amount.
+      const second = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '3' });
+      expect(second.json()).toMatchObject({ status: 'confirmed', amount: '3.000000', fee: '0.000000' });
+      expect(await L.chain.tokenBalance(address)).toBe('12.5');
+      // The fee is the platform's; what left the treasury is what was sent.
+      const after = await systemBalances();
+      expect(after.platform_fees.minus(before.platform_fees).toFixed()).toBe('0.5');
+      expect(after.chain_outgoing.minus(before.chain_outgoing).toFixed()).toBe('12.5');
+      // No more than the fee, to an address without an account: refused, nothing debited, sent or recorded.
+      const other = fresh();
+      for (const amount of ['0.5', '0.2']) {
+        const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount, destination: other });
+        expect(res.statusCode, res.body).toBe(400);
+        expect(res.json()).toMatchObject({ code: 'INVALID_TRANSFER' });
+        expect(res.json().detail).toMatch(/no token account/);
+      }
+      expect(await h.balanceOf(w.id)).toMatchObject({ available: '7.000000', pending: '0.000000' });
+      const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
+      expect(list.json()).toHaveLength(2);
+      expect(await L.chain.tokenBalance(other)).toBe('0');
+      expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+    } finally {
+      h.ctx.tokenAccountFee = '0';
+    }
+  });
+
+  it('lets a wallet make withdrawals_per_hour withdrawals an hour, concurrent ones too; a refused one moves nothing', async () => {
+    const before = h.ctx.withdrawalLimit;
+    h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 2 };
+    try {
+      const w = await h.fundedWallet('10', 'user', fresh());
+      // One refused for its amount (nothing debited) does not count.
+      expect((await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '11' })).statusCode).toBe(402);
+      for (const amount of ['1', '2']) {
+        const ok = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount });
+        expect(ok.statusCode, ok.body).toBe(200);
+      }
+      const refused = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '0.000001' });
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json()).toMatchObject({ code: 'RATE_LIMITED' });
+      expect(refused.json().detail).toMatch(/2 withdrawals within the hour/);
+      const retryAfter = Number(refused.headers['retry-after']);
+      expect(retryAfter).toBeGreaterThan(3000);
+      expect(retryAfter).toBeLessThanOrEqual(3600);
+      expect(await h.balanceOf(w.id)).toMatchObject({ available: '7.000000', pending: '0.000000' });
+      const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
+      expect(list.json()).toHaveLength(2);
+
+      // Five at once from a fresh wallet: two go through, three are refused, whichever instance or order.
+      const other = await h.fundedWallet('10', 'user', fresh());
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, () => post(`/api/v1/wallet/${other.id}/withdraw`, { amount: '1' })),
+      );
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 200, 429, 429, 429]);
+      expect(await h.balanceOf(other.id)).toMatchObject({ available: '8.000000', pending: '0.000000' });
+      expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+    } finally {
+      h.ctx.withdrawalLimit = before;
+    }
   });
 
   it('refuses more than the available balance with 402 and sends nothing', async () => {
@@ -234,10 +314,10 @@ describe('a withdrawal that is not final within the confirm timeout', () => {
 });
 
 describe('reconciliation of pending withdrawals after a crash', () => {
-  async function intent(amount: string) {
+  async function intent(amount: string, accountFee?: string) {
     const address = fresh();
     const w = await h.fundedWallet('100', 'user', address);
-    const prepared = await L.chain.prepareTransfer(address, amount);
+    const prepared = await L.chain.prepareTransfer(address, amount, { accountFee });
     const row = await recordIntent(
       h.ctx,
       { wallet: w, type: 'withdrawal', amount: new Dec(amount), destination: address },
@@ -255,6 +335,19 @@ describe('reconciliation of pending withdrawals after a crash', () => {
     expect((await getTransaction(h.db, row.id))!.status).toBe('confirmed');
     expect(await L.chain.tokenBalance(address)).toBe('3');
     expect(await h.balanceOf(w.id)).toMatchObject({ available: '97.000000', pending: '0.000000' });
+  });
+
+  it('settles a recorded transfer that creates the token account with its fee: the rest sent, the fee kept', async () => {
+    const before = await systemBalances();
+    const { w, address, row } = await intent('3', '0.25');
+    expect(row.fee).toBe('0.250000');
+    await reconcilePending(h.ctx);
+    expect((await getTransaction(h.db, row.id))!.status).toBe('confirmed');
+    expect(await L.chain.tokenBalance(address)).toBe('2.75');
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '97.000000', pending: '0.000000' });
+    const after = await systemBalances();
+    expect(after.platform_fees.minus(before.platform_fees).toFixed()).toBe('0.25');
+    expect(after.chain_outgoing.minus(before.chain_outgoing).toFixed()).toBe('2.75');
   });
 
   it('confirms a transfer that landed before the crash without sending it again', async () => {

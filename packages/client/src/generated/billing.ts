@@ -1033,7 +1033,7 @@ export interface paths {
         put?: never;
         /**
          * Withdraw tokens to the wallet's address (or another destination) on chain
-         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's token account, the mint, the mint's authorities): `reason` says which.
+         * @description The amount is debited first and recorded with the signed transaction before it is sent. 200: confirmed at the configured commitment; 202: sent but not yet confirmed (settled by reconciliation); 502 SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's token account, the mint, the mint's authorities): `reason` says which. To an address without a token account yet, the transfer creates it and sends the amount less the token account fee (the record's `fee`); 400 INVALID_TRANSFER when the amount does not exceed that fee. 429 RATE_LIMITED (Retry-After), nothing debited, once the wallet made its withdrawals of the hour (billing.withdrawals_per_hour).
          */
         post: operations["withdrawFromWallet"];
         delete?: never;
@@ -1720,7 +1720,7 @@ export interface components {
             gap: string;
             /** @description withdrawals and payouts debited and not yet settled (pending_out) */
             in_flight: string;
-            /** @description the part of in_flight that has not left the treasury (not landed at the commitment): it must still hold it */
+            /** @description the part of in_flight that has not left the treasury (not landed at the commitment, or a landed one's token account fee): it must still hold it */
             in_flight_unsent: string;
             /** @description what the ledger owes: every wallet's available, locked and pending-out tokens, and the fees */
             owed: {
@@ -1745,6 +1745,8 @@ export interface components {
             treasury: string;
             /** @description the treasury's balance of the platform token, read from the chain now */
             treasury_balance: string;
+            /** @description the treasury's SOL (decimal string), read from the chain now: it pays every transfer's fee and the rent of each token account a transfer creates; withdrawals and payouts fail on chain without it */
+            treasury_sol: string;
         };
         Session: {
             /** @description power draw of the latest usage update (W) */
@@ -1979,6 +1981,7 @@ export interface components {
             created_at: string;
             destination: string | null;
             failure_reason: string | null;
+            /** @description a payment's platform fee; a withdrawal's or payout's token account fee, withheld from amount (the rest sent) when its transfer created the destination's token account */
             fee: string;
             hold_id: string | null;
             /** Format: uuid */
@@ -4888,6 +4891,7 @@ export interface operations {
             };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalServerError"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];

@@ -16,6 +16,10 @@ import { payoutPause, type ReserveReport } from '../domain/reserves/index.ts';
 export function watchReserves(ctx: BillingContext, registry: Registry): void {
   const gauge = (name: string, help: string) => new Gauge({ name, help, registers: [] });
   const balance = gauge('billing_treasury_balance_tokens', "the treasury's balance of the platform token on chain");
+  const sol = gauge(
+    'billing_treasury_sol',
+    "the treasury's SOL on chain: it pays every transfer's fee (withdrawals and payouts fail on chain without it)",
+  );
   const owed = gauge(
     'billing_ledger_owed_tokens',
     'what the ledger owes: wallets (available, locked, pending out) and fees',
@@ -31,7 +35,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry): void {
     'billing_deposits_unclaimed_tokens',
     'deposits waiting: what the treasury holds beyond what it must (tokens sent to it that no wallet has claimed yet)',
   );
-  const report: Metric[] = [balance, owed, required, ratio, gap, checked, unclaimed];
+  const report: Metric[] = [balance, sol, owed, required, ratio, gap, checked, unclaimed];
   registry.registerMetric(
     new Gauge({
       name: 'billing_payouts_paused',
@@ -53,6 +57,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry): void {
       registered = true;
     }
     balance.set(Number(r.treasury_balance));
+    sol.set(Number(r.treasury_sol));
     owed.set(Number(r.owed.total));
     required.set(Number(r.required));
     // Nothing required: covered, whatever the balance.

@@ -33,9 +33,12 @@ import {
   type Chain,
   ChainRejection,
   ChainUnavailable,
+  type Commitment,
   type DestinationProblem,
   type PreparedTransfer,
   type SignatureState,
+  type SignedTransfer,
+  type TransferOptions,
   type VerifiedDeposit,
 } from '../domain/chain/index.ts';
 import { checkDeposit } from './deposit-check.ts';
@@ -193,23 +196,36 @@ export class SolanaChain implements Chain {
   }
 
   /**
-   * Builds and signs a transfer. Throws RangeError/TypeError for a bad amount or address. `memo` (default: a
-   * random reference) makes two otherwise identical transfers in one blockhash window distinct transactions.
+   * Builds and signs a transfer. Throws RangeError/TypeError for a bad amount or address, and RangeError when the
+   * account fee leaves nothing to send. `memo` (default: a random reference) makes two otherwise identical transfers
+   * in one blockhash window distinct transactions.
    */
-  async prepareTransfer(destinationOwner: string, amount: string, memo?: string): Promise<PreparedTransfer> {
+  async prepareTransfer(
+    destinationOwner: string,
+    amount: string,
+    options: TransferOptions & { memo?: string } = {},
+  ): Promise<PreparedTransfer> {
     let owner: PublicKey;
     try {
       owner = new PublicKey(destinationOwner);
     } catch {
       throw new TypeError(`invalid destination address ${destinationOwner}`);
     }
-    const units = toBaseUnits(amount, this.mintDecimals);
-    if (units <= 0n) throw new RangeError('the transfer amount must be positive');
+    const asked = toBaseUnits(amount, this.mintDecimals);
+    if (asked <= 0n) throw new RangeError('the transfer amount must be positive');
+    const fee = toBaseUnits(options.accountFee ?? '0', this.mintDecimals);
     const destination = this.ata(owner);
     const [exists, latest] = await Promise.all([
       call('getAccountInfo', () => this.connection.getAccountInfo(destination, 'confirmed')),
       call('getLatestBlockhash', () => this.connection.getLatestBlockhash('confirmed')),
     ]);
+    const units = exists ? asked : asked - fee;
+    if (units <= 0n) {
+      throw new RangeError(
+        `${destinationOwner} has no token account yet: creating it costs ${fromBaseUnits(fee, this.mintDecimals)} tokens, ` +
+          `which leaves nothing of ${amount} to send`,
+      );
+    }
     const payer = this.treasury.publicKey;
     const tx = new Transaction({ feePayer: payer, ...latest });
     if (!exists) {
@@ -231,7 +247,7 @@ export class SolanaChain implements Chain {
       new TransactionInstruction({
         programId: MEMO_PROGRAM,
         keys: [],
-        data: Buffer.from(memo ?? `ref:${crypto.randomUUID()}`, 'utf8'),
+        data: Buffer.from(options.memo ?? `ref:${crypto.randomUUID()}`, 'utf8'),
       }),
     );
     tx.sign(this.treasury);
@@ -239,6 +255,8 @@ export class SolanaChain implements Chain {
       signature: base58Encode(tx.signature!),
       serialized: tx.serialize().toString('base64'),
       lastValidBlockHeight: latest.lastValidBlockHeight,
+      createsAccount: !exists,
+      sent: fromBaseUnits(units, this.mintDecimals),
     };
   }
 
@@ -248,7 +266,7 @@ export class SolanaChain implements Chain {
    * When `confirmTimeoutMs` passes first, resolves the state it has ('unknown', 'processed' or 'confirmed'):
    * the caller keeps it pending and reconciles later. Throws ChainUnavailable when the RPC fails.
    */
-  async sendAndConfirm(prepared: PreparedTransfer): Promise<SignatureState> {
+  async sendAndConfirm(prepared: SignedTransfer): Promise<SignatureState> {
     const wire = Buffer.from(prepared.serialized, 'base64');
     const deadline = Date.now() + (this.opts.confirmTimeoutMs ?? 120_000);
     const poll = this.opts.pollIntervalMs ?? 400;
@@ -279,9 +297,13 @@ export class SolanaChain implements Chain {
       lastValidBlockHeight === undefined
         ? undefined
         : await call('getBlockHeight', () => this.connection.getBlockHeight('finalized'));
-    const state = stateOf(await this.status(signature));
-    if (state !== 'unknown') return { state, expired: false };
-    return { state, expired: height !== undefined && height > lastValidBlockHeight! };
+    const state = stateOf(await this.status(signature), this.commitment);
+    if (state !== 'unknown' || height === undefined || height <= lastValidBlockHeight!)
+      return { state, expired: false };
+    // Unknown past its last valid height: asked once more before it is called expired, which reverses its debit (a
+    // node behind, or one of several behind one address, may not have it yet).
+    const again = stateOf(await this.status(signature), this.commitment);
+    return { state: again, expired: again === 'unknown' };
   }
 
   async signatureStates(signatures: readonly string[]): Promise<SignatureState[]> {
@@ -292,7 +314,7 @@ export class SolanaChain implements Chain {
       const res = await call('getSignatureStatuses', () =>
         this.connection.getSignatureStatuses(chunk, { searchTransactionHistory: true }),
       );
-      states.push(...res.value.map(stateOf));
+      states.push(...res.value.map((status) => stateOf(status, this.commitment)));
     }
     return states;
   }
@@ -332,6 +354,13 @@ export class SolanaChain implements Chain {
     return fromBaseUnits(unpackAccount(account, info, this.tokenProgram).amount, this.mintDecimals);
   }
 
+  async treasurySol(): Promise<string> {
+    const lamports = await call('getBalance', () =>
+      this.connection.getBalance(this.treasury.publicKey, this.commitment),
+    );
+    return fromBaseUnits(BigInt(lamports), 9);
+  }
+
   private ata(owner: PublicKey): PublicKey {
     return getAssociatedTokenAddressSync(this.mint, owner, true, this.tokenProgram);
   }
@@ -344,10 +373,17 @@ export class SolanaChain implements Chain {
   }
 }
 
-/** A signature's state from its status (none: unknown to the node). */
-function stateOf(status: SignatureStatus | null): SignatureState {
+/**
+ * A signature's state from its status (none: unknown to the node). A failure counts only once it is as final as a
+ * success must be (`commitment`): one seen on a fork that is then dropped could still land on another while its
+ * blockhash is valid (anyone may re-send the signed bytes), and a debit reversed for it would be paid twice. Until
+ * then it is in progress at the level it was seen at.
+ */
+function stateOf(status: SignatureStatus | null, commitment: Commitment): SignatureState {
   if (!status) return 'unknown';
-  return status.err ? 'failed' : (status.confirmationStatus ?? 'processed');
+  const seenAt = status.confirmationStatus ?? 'processed';
+  if (!status.err) return seenAt;
+  return RANK[seenAt]! >= RANK[commitment]! ? 'failed' : seenAt;
 }
 
 /** A mint's mint and freeze authorities (none, one or two). */

@@ -10,8 +10,11 @@ type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 export interface LedgerOwed {
   /** Sum of the balances of each kind of account the platform owes ('available', 'locked', 'pending_out', 'platform_fees'). */
   balances: Record<string, string>;
-  /** The withdrawals and payouts debited and not yet settled: their signatures and amounts (decimal strings). */
-  inFlight: { signature: string | null; amount: string }[];
+  /**
+   * The withdrawals and payouts debited and not yet settled: their signatures, amounts and token account fees (decimal
+   * strings; the fee is the part of the amount that never leaves the treasury).
+   */
+  inFlight: { signature: string | null; amount: string; fee: string }[];
 }
 
 /**
@@ -24,7 +27,7 @@ export async function ledgerOwed(db: Db): Promise<LedgerOwed> {
       (SELECT json_object_agg(kind, balance) FROM (
         SELECT kind, sum(balance)::text AS balance FROM ledger_accounts
           WHERE kind IN ('available', 'locked', 'pending_out', 'platform_fees') GROUP BY kind) AS owed) AS balances,
-      (SELECT coalesce(json_agg(json_build_object('signature', signature, 'amount', amount::text)), '[]')
+      (SELECT coalesce(json_agg(json_build_object('signature', signature, 'amount', amount::text, 'fee', fee::text)), '[]')
          FROM transactions WHERE status = 'pending' AND type IN ('withdrawal', 'payout')) AS in_flight`.execute(db);
   return { balances: rows[0]?.balances ?? {}, inFlight: rows[0]?.in_flight ?? [] };
 }

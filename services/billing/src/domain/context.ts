@@ -11,6 +11,7 @@ import type { MarketFactors, RateCard } from './pricing/pricing.ts';
 import type { ProviderDirectory } from './provider-directory.ts';
 import type { ReserveReport } from './reserves/report.ts';
 import type { BatchedUsageResult, BatchedUsageUpdate } from './sessions/usage-message.ts';
+import type { WithdrawalLimit } from './wallets/withdrawal-limit.ts';
 import type { WorkloadStorage } from './workload-storage.ts';
 
 /** Pricing settings (config `pricing`) and the pluggable demand/supply factors. */
@@ -137,6 +138,10 @@ export interface BillingContext {
   /** Commitment at which a sent transfer counts as confirmed. */
   commitment: 'processed' | 'confirmed' | 'finalized';
   minimumPayout: string;
+  /** Tokens withheld from a payout that creates its destination's token account (`billing.token_account_fee`). */
+  tokenAccountFee: string;
+  /** How many withdrawals a wallet may make in an hour (`billing.withdrawals_per_hour`); null: no limit. */
+  withdrawalLimit: WithdrawalLimit | null;
   pricing: PricingSettings;
   sessions: SessionSettings;
   /** The clock sessions are billed by (injectable for tests). */

@@ -154,11 +154,18 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           'SOLANA_TRANSACTION_FAILED: the transfer failed and the debit was reversed. 400 INVALID_DESTINATION, ' +
           'nothing debited or sent, for a destination (or wallet address) that cannot own the tokens (a program, ' +
           "sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's " +
-          "token account, the mint, the mint's authorities): `reason` says which.",
+          "token account, the mint, the mint's authorities): `reason` says which. To an address without a token " +
+          "account yet, the transfer creates it and sends the amount less the token account fee (the record's " +
+          '`fee`); 400 INVALID_TRANSFER when the amount does not exceed that fee. 429 RATE_LIMITED (Retry-After), ' +
+          'nothing debited, once the wallet made its withdrawals of the hour (billing.withdrawals_per_hour).',
         params: walletParams,
         headers: idempotencyHeaders,
         body: withdrawalBody,
-        response: { 200: transactionSchema, 202: transactionSchema, ...problems(400, 402, 403, 404, 409, 502, 503) },
+        response: {
+          200: transactionSchema,
+          202: transactionSchema,
+          ...problems(400, 402, 403, 404, 409, 429, 502, 503),
+        },
       },
     },
     async (request, reply) =>

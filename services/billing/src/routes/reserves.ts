@@ -28,6 +28,12 @@ const reserveReportSchema = z
     checked_at: z.string(),
     treasury: z.string().describe("the treasury's address"),
     treasury_balance: amount.describe("the treasury's balance of the platform token, read from the chain now"),
+    treasury_sol: z
+      .string()
+      .describe(
+        "the treasury's SOL (decimal string), read from the chain now: it pays every transfer's fee and the rent of " +
+          'each token account a transfer creates; withdrawals and payouts fail on chain without it',
+      ),
     owed: z
       .object({
         available: amount,
@@ -39,7 +45,8 @@ const reserveReportSchema = z
       .describe("what the ledger owes: every wallet's available, locked and pending-out tokens, and the fees"),
     in_flight: amount.describe('withdrawals and payouts debited and not yet settled (pending_out)'),
     in_flight_unsent: amount.describe(
-      'the part of in_flight that has not left the treasury (not landed at the commitment): it must still hold it',
+      "the part of in_flight that has not left the treasury (not landed at the commitment, or a landed one's token " +
+        'account fee): it must still hold it',
     ),
     required: amount.describe('what the treasury must hold at least: owed less what has left of in_flight'),
     ratio: z.string().nullable().describe('treasury_balance / required (6 decimals); null when nothing is required'),

@@ -92,7 +92,12 @@ export const transactionSchema = z
     type: z.enum(['deposit', 'withdrawal', 'payment', 'payout', 'fee', 'lock', 'release']),
     status: z.enum(['pending', 'confirmed', 'failed']),
     amount: z.string(),
-    fee: z.string(),
+    fee: z
+      .string()
+      .describe(
+        "a payment's platform fee; a withdrawal's or payout's token account fee, withheld from amount (the rest sent) " +
+          "when its transfer created the destination's token account",
+      ),
     signature: z.string().nullable(),
     destination: z.string().nullable(),
     failure_reason: z.string().nullable(),

@@ -54,6 +54,8 @@ export async function setupBilling(opts: SetupOptions = {}) {
     database: { url: testDb.url, pool_size: 20 },
     blockchain: { token_decimals: opts.decimals ?? 6, commitment: 'finalized' },
     ...opts.config,
+    // Tests pay fresh addresses and check the exact amounts they receive: no token account fee unless a test sets one.
+    billing: { token_account_fee: '0', ...(opts.config?.billing as object | undefined) },
   });
   const database = await openBillingDatabase(config);
   const logger = createLogger({

@@ -225,7 +225,10 @@ export function walletCommands(program: Command) {
   wallet
     .command('withdraw')
     .argument(WALLET_ARG, WALLET_ARG_HELP)
-    .description("send tokens on chain to the wallet's address or --to another")
+    .description(
+      "send tokens on chain to the wallet's address or --to another (to an address without a token account yet: " +
+        'the amount less the token account fee, shown as fee)',
+    )
     .requiredOption('--amount <tokens>', 'how much, a decimal amount such as 12.5', amount('--amount'))
     .option('--to <address>', "the owner address to pay (default: the wallet's address)")
     .option(

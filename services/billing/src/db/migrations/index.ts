@@ -37,6 +37,7 @@ import { bidsMigration } from './0033-bids.ts';
 import { bidChangesMigration } from './0034-bid-changes.ts';
 import { usageRecordSessionCheckMigration } from './0035-usage-record-session-check.ts';
 import { usageRecordKeyMigration } from './0036-usage-record-key.ts';
+import { rateLimitsMigration } from './0037-rate-limits.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -76,5 +77,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0034-bid-changes': bidChangesMigration,
     '0035-usage-record-session-check': usageRecordSessionCheckMigration,
     '0036-usage-record-key': usageRecordKeyMigration,
+    '0037-rate-limits': rateLimitsMigration,
   };
 }

@@ -43,10 +43,31 @@ export class ChainUnavailable extends Error {
   }
 }
 
-export interface PreparedTransfer {
+/** A signed transfer as it is recorded and (re-)sent. */
+export interface SignedTransfer {
   signature: string; // known before sending: record it first (crash safety)
   serialized: string; // base64 signed transaction, re-sendable as is
   lastValidBlockHeight: number;
+}
+
+/** A transfer just built: what it sends, and whether it creates the destination's token account. */
+export interface PreparedTransfer extends SignedTransfer {
+  /**
+   * Whether the transaction creates the destination owner's associated token account (none was there when it was
+   * built): the treasury pays that account's rent in SOL, and the owner can close it and keep the rent.
+   */
+  createsAccount: boolean;
+  /** Tokens the transfer moves (decimal string): the amount asked for, less the account fee when it creates one. */
+  sent: string;
+}
+
+/** How a transfer is built. */
+export interface TransferOptions {
+  /**
+   * Tokens withheld from the amount when the transfer must create the destination's token account (decimal string;
+   * default 0): what that account's rent costs the treasury. A RangeError when nothing would be left to send.
+   */
+  accountFee?: string;
 }
 
 /**
@@ -79,11 +100,12 @@ export interface Chain {
    * platform mint into the treasury's token account (post - pre), from `expectedSourceOwner`. Throws ChainRejection. */
   verifyDeposit(signature: string, expectedSourceOwner: string, minAmount?: string): Promise<VerifiedDeposit>;
   /** Builds and signs (does not send) a transferChecked of `amount` tokens from the treasury to the destination
-   * owner's associated token account, creating that account in the same transaction when it is missing. */
-  prepareTransfer(destinationOwner: string, amount: string): Promise<PreparedTransfer>;
-  /** Sends a prepared transaction (idempotent: same signature) and waits for the configured commitment;
+   * owner's associated token account, creating that account in the same transaction when it is missing (and then
+   * sending `amount` less `options.accountFee`). */
+  prepareTransfer(destinationOwner: string, amount: string, options?: TransferOptions): Promise<PreparedTransfer>;
+  /** Sends a signed transaction (idempotent: same signature) and waits for the configured commitment;
    * resolves with the final state ('finalized'/'confirmed' or 'failed'). */
-  sendAndConfirm(prepared: PreparedTransfer): Promise<SignatureState>;
+  sendAndConfirm(transfer: SignedTransfer): Promise<SignatureState>;
   /** State of a signature, and whether its blockhash has expired (an unknown, expired tx can never land). */
   signatureState(
     signature: string,
@@ -109,6 +131,11 @@ export interface Chain {
    * when it has none.
    */
   tokenBalance(owner: string): Promise<string>;
+  /**
+   * The treasury's SOL (decimal string, whole SOL) at the configured commitment: what pays every transfer's fee and
+   * the rent of each token account a transfer creates.
+   */
+  treasurySol(): Promise<string>;
   treasuryAddress(): string;
   /** The treasury's associated token account for the mint: where deposits go. */
   treasuryTokenAccount(): string;

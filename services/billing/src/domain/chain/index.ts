@@ -3,10 +3,13 @@ export {
   type Chain,
   ChainRejection,
   ChainUnavailable,
+  type Commitment,
   type DestinationProblem,
   landedAt,
   type PreparedTransfer,
   type SignatureState,
+  type SignedTransfer,
+  type TransferOptions,
   type VerifiedDeposit,
 } from './chain.ts';
 export { chainError } from './errors.ts';

@@ -5,9 +5,11 @@
  *
  * - Withdrawals and payouts **in flight** (`pending_out`: debited, sent or about to be) have left the treasury once
  *   their transfer landed at the commitment balances are read at; until then (not sent yet, sent but not landed,
- *   failed on chain and about to be reversed) the treasury still holds them and must. So the treasury must hold
- *   `available + locked + platform_fees` plus the in-flight amounts that have not left (`required`); `ratio` is the
- *   balance over that, and below 1 the check fails and names the `gap`.
+ *   failed on chain and about to be reversed) the treasury still holds them and must. A landed one's token account
+ *   fee (the part withheld to pay for the destination's new token account) never leaves: it is the platform's once
+ *   settled, and the treasury holds it meanwhile. So the treasury must hold `available + locked + platform_fees` plus
+ *   the in-flight amounts that have not left and the fees of those that have (`required`); `ratio` is the balance
+ *   over that, and below 1 the check fails and names the `gap`.
  * - Read in this order: the ledger and the payouts in flight in one statement, then the in-flight signatures' states,
  *   then the treasury's balance. Whatever moves in between makes the check see less than there is, never more: a
  *   payout debited after the ledger read is still owed in it and may have left the treasury by the balance read; one
@@ -48,11 +50,15 @@ export async function readReserves(ctx: BillingContext): Promise<ReserveReport> 
   const owed = await ledgerOwed(ctx.db);
   const asked = owed.inFlight.filter((p) => p.signature !== null).slice(0, MAX_SIGNATURES_ASKED);
   let treasuryBalance: Dec;
+  let treasurySol: string;
   let left: Set<string>;
   try {
     const states = asked.length > 0 ? await chain.signatureStates(asked.map((p) => p.signature!)) : [];
     left = new Set(asked.filter((_, i) => landedAt(ctx.commitment, states[i]!)).map((p) => p.signature!));
-    treasuryBalance = new Dec(await chain.tokenBalance(chain.treasuryAddress()));
+    [treasuryBalance, treasurySol] = await Promise.all([
+      chain.tokenBalance(chain.treasuryAddress()).then((b) => new Dec(b)),
+      chain.treasurySol(),
+    ]);
   } catch (err) {
     throw chainError(err);
   }
@@ -63,9 +69,10 @@ export async function readReserves(ctx: BillingContext): Promise<ReserveReport> 
     pending_out: of('pending_out'),
     platform_fees: of('platform_fees'),
   };
-  const unsent = owed.inFlight
-    .filter((p) => p.signature === null || !left.has(p.signature))
-    .reduce((sum, p) => sum.plus(p.amount), new Dec(0));
+  const unsent = owed.inFlight.reduce(
+    (sum, p) => sum.plus(p.signature !== null && left.has(p.signature) ? p.fee : p.amount),
+    new Dec(0),
+  );
   const total = parts.available.plus(parts.locked).plus(parts.pending_out).plus(parts.platform_fees);
   const required = total.minus(parts.pending_out).plus(unsent);
   const gap = Dec.max(required.minus(treasuryBalance), 0);
@@ -74,6 +81,7 @@ export async function readReserves(ctx: BillingContext): Promise<ReserveReport> 
     checked_at: ctx.now().toISOString(),
     treasury: chain.treasuryAddress(),
     treasury_balance: fmt(treasuryBalance),
+    treasury_sol: treasurySol,
     owed: {
       available: fmt(parts.available),
       locked: fmt(parts.locked),

@@ -8,6 +8,10 @@
  *  3. send and confirm;
  *  4. settle: landed -> `pending_out` to `chain_outgoing`, `confirmed`;
  *     failed -> a reversing transfer back to `available`, `failed`.
+ * A transfer that must create the destination's token account sends the amount less `billing.token_account_fee`
+ * (the record's `fee`): the treasury pays that account's rent in SOL, which its owner can close and keep. On
+ * landing, the fee goes from `pending_out` to `platform_fees` and the rest to `chain_outgoing`; a failed transfer
+ * gives back the whole amount.
  * Before 1, nothing leaves while withdrawals and payouts are paused, nor a payout the treasury on chain cannot cover
  * together with everything else the ledger owes (domain/reserves/: 503 PAYOUTS_PAUSED, RESERVES_INSUFFICIENT); the
  * debit in 2 reads the pause again under a share lock.
@@ -28,13 +32,14 @@ import {
   type TransactionRow,
 } from '../../db/transaction-repository.ts';
 import { billingErrors } from '../../errors.ts';
-import type { PreparedTransfer, SignatureState } from '../chain/index.ts';
+import type { PreparedTransfer, SignatureState, SignedTransfer } from '../chain/index.ts';
 import { chainError, landedAt } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
 import type { KeyClaim } from '../idempotency.ts';
 import { Dec, postTransfers, walletBalances } from '../ledger/index.ts';
 import { assertPayoutsOpen, assertPayoutsOpenNow, assertReservesCover } from '../reserves/index.ts';
 import type { Wallet } from './wallets.ts';
+import { checkWithdrawalLimit, countWithdrawal } from './withdrawal-limit.ts';
 
 type ChainPayoutType = 'withdrawal' | 'payout';
 
@@ -75,6 +80,8 @@ export async function startChainPayout(
     throw billingErrors.destinationNotAllowed(destination);
   }
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
+  // A wallet past its withdrawals of the hour asks the chain for nothing (the debit counts them, below).
+  if (req.type === 'withdrawal') await checkWithdrawalLimit(ctx.withdrawalLimit, wallet.id);
   // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
   const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
   if (!balances || new Dec(balances.available).lt(amount)) {
@@ -88,7 +95,7 @@ export async function startChainPayout(
     // Tokens sent to a program, the system address or a token account (rather than its owner) are stranded.
     const problem = await ctx.chain.destinationProblem(destination);
     if (problem) throw billingErrors.unfitDestination(destination, problem);
-    prepared = await ctx.chain.prepareTransfer(destination, amount.toFixed());
+    prepared = await ctx.chain.prepareTransfer(destination, amount.toFixed(), { accountFee: ctx.tokenAccountFee });
   } catch (err) {
     throw chainError(err);
   }
@@ -113,6 +120,7 @@ export async function recordIntent(
     // A pause committed since the check above wins: no debit after it.
     await assertPayoutsOpen(trx);
     await req.guard?.(trx);
+    if (req.type === 'withdrawal') await countWithdrawal(ctx.withdrawalLimit, trx, wallet.id);
     const now = ctx.now();
     await postTransfers(
       trx,
@@ -134,6 +142,7 @@ export async function recordIntent(
         type: req.type,
         status: 'pending',
         amount: amount.toFixed(),
+        fee: amount.minus(prepared.sent).toFixed(),
         signature: prepared.signature,
         destination,
         serialized_tx: prepared.serialized,
@@ -153,7 +162,7 @@ export async function recordIntent(
 export async function sendAndSettle(
   ctx: BillingContext,
   row: TransactionRow,
-  prepared: PreparedTransfer,
+  prepared: SignedTransfer,
   correlationId?: string,
 ): Promise<TransactionRow> {
   let state: SignatureState;
@@ -170,9 +179,9 @@ export async function sendAndSettle(
 }
 
 /**
- * Settles a pending withdrawal or payout once: `confirmed` moves the funds to
- * `chain_outgoing`; `failed` reverses the debit with a new transfer. Returns
- * the record as it stands afterwards (unchanged when already settled).
+ * Settles a pending withdrawal or payout once: `confirmed` moves what was sent to `chain_outgoing` and the record's
+ * token account fee to `platform_fees`; `failed` reverses the whole debit with a new transfer. Returns the record as
+ * it stands afterwards (unchanged when already settled).
  */
 export async function settle(
   ctx: BillingContext,
@@ -187,18 +196,32 @@ export async function settle(
     if (!row) return (await getTransaction(trx, transactionId))!;
     const debitId = await transferIdOf(trx, transactionId, row.type);
     const pendingOut = { wallet: row.wallet_id, kind: 'pending_out' } as const;
+    const fee = new Dec(row.fee);
     await postTransfers(
       trx,
-      [
-        outcome === 'confirmed'
-          ? {
+      outcome === 'confirmed'
+        ? [
+            {
               debit: pendingOut,
               credit: { system: 'chain_outgoing' },
-              amount: new Dec(row.amount),
+              amount: new Dec(row.amount).minus(fee),
               code: `${row.type}_settlement`,
               transactionId,
-            }
-          : {
+            },
+            ...(fee.gt(0)
+              ? [
+                  {
+                    debit: pendingOut,
+                    credit: { system: 'platform_fees' as const },
+                    amount: fee,
+                    code: `${row.type}_token_account_fee`,
+                    transactionId,
+                  },
+                ]
+              : []),
+          ]
+        : [
+            {
               debit: pendingOut,
               credit: { wallet: row.wallet_id, kind: 'available' },
               amount: new Dec(row.amount),
@@ -206,7 +229,7 @@ export async function settle(
               transactionId,
               reversesTransferId: debitId,
             },
-      ],
+          ],
       ctx.state.accountIds,
     );
     await ctx.events.record(
