@@ -25,6 +25,7 @@ import {
   zDuration,
   zInt,
 } from '@gpu/common';
+import { Decimal } from 'decimal.js';
 import { z } from 'zod';
 
 /** The service's port in the platform's table. */
@@ -195,6 +196,16 @@ export const billingConfigSchema = z.object({
        * the alert within minutes.
        */
       reserve_check_interval: zDuration().default('1m'),
+    })
+    .superRefine((b, ctx) => {
+      // A payout of the minimum to a fresh address must leave something to send once the fee is withheld.
+      if (new Decimal(b.minimum_payout).lte(b.token_account_fee)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['minimum_payout'],
+          message: `must be more than token_account_fee (${b.token_account_fee}), which a payout to a fresh address withholds`,
+        });
+      }
     })
     .prefault({}),
   /**

@@ -57,5 +57,10 @@ describe('billing configuration', () => {
   it('refuses invalid values, naming the key and its source', () => {
     expect(() => loadBillingConfig({ BILLING__BLOCKCHAIN__COMMITMENT: 'eventually' })).toThrow(ConfigError);
     expect(() => loadBillingConfig({ BILLING__BILLING__MINIMUM_PAYOUT: '-1' })).toThrow(/billing.minimum_payout/);
+    // A payout of the minimum to a fresh address would leave nothing once the token account fee is withheld.
+    expect(() =>
+      loadBillingConfig({ BILLING__BILLING__MINIMUM_PAYOUT: '0.5', BILLING__BILLING__TOKEN_ACCOUNT_FEE: '0.5' }),
+    ).toThrow(/billing.minimum_payout.*token_account_fee/s);
+    expect(loadBillingConfig({ BILLING__BILLING__TOKEN_ACCOUNT_FEE: '0' }).billing.token_account_fee).toBe('0');
   });
 });

@@ -4,9 +4,10 @@
  * know about makes the check fail and name the gap. Admins only.
  */
 import { Keypair } from '@solana/web3.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { createHold } from '../src/domain/ledger/holds.ts';
 import { Dec } from '../src/domain/ledger/money.ts';
+import { recordIntent } from '../src/domain/wallets/payouts.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
 
@@ -69,6 +70,28 @@ describe('GET /api/v1/billing/reserves', () => {
       covered: false,
       gap: '25.000000',
     });
+  });
+
+  it("counts a landed payout's token account fee as still held until it is settled", async () => {
+    // A platform of its own: the test above leaves payouts paused.
+    const L2 = await setupLocalnet(6);
+    const h2 = await setupBilling({ chain: L2.chain });
+    onTestFinished(() => h2.close());
+    const reserves = async () => (await h2.app.inject({ url: '/api/v1/billing/reserves' })).json();
+    const address = Keypair.generate().publicKey.toBase58();
+    const w = await h2.fundedWallet('5', 'user', address);
+    const before = await reserves();
+    const prepared = await L2.chain.prepareTransfer(address, '5', { accountFee: '0.5' });
+    const intent = { wallet: w, type: 'withdrawal' as const, amount: new Dec('5'), destination: address };
+    await recordIntent(h2.ctx, intent, prepared, null);
+    expect(await L2.chain.sendAndConfirm(prepared)).toBe('finalized');
+    // Landed, not settled: 4.5 left the treasury, the 0.5 fee is still in it and still owed (the platform's, once
+    // settled).
+    const landed = await reserves();
+    expect(new Dec(landed.in_flight).minus(before.in_flight).toFixed()).toBe('5');
+    expect(new Dec(landed.in_flight_unsent).minus(before.in_flight_unsent).toFixed()).toBe('0.5');
+    expect(new Dec(before.treasury_balance).minus(landed.treasury_balance).toFixed()).toBe('4.5');
+    expect(new Dec(landed.required).minus(before.required).toFixed()).toBe('-4.5');
   });
 
   it('is for admins only', async () => {

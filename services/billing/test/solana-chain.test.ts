@@ -270,6 +270,22 @@ describe('signature states and expiry (private localnet)', () => {
       state: 'unknown',
       expired: true,
     });
+    // Unknown to a node behind the finalized slot the expiry was read at (one of several behind one address): not
+    // expired, since that node may not have the transfer yet.
+    const connection = pchain.connection;
+    const statuses = connection.getSignatureStatuses.bind(connection);
+    connection.getSignatureStatuses = async (...args) => {
+      const res = await statuses(...args);
+      return { ...res, context: { slot: res.context.slot - 200 } };
+    };
+    try {
+      expect(await pchain.signatureState(prepared.signature, prepared.lastValidBlockHeight)).toEqual({
+        state: 'unknown',
+        expired: false,
+      });
+    } finally {
+      connection.getSignatureStatuses = statuses;
+    }
     // never sent before expiry: sending now cannot land it
     expect(await pchain.sendAndConfirm(prepared)).toBe('failed');
     expect(await pchain.tokenBalance(dest)).toBe('0');

@@ -5,7 +5,7 @@
  */
 import { RateLimiter } from '@gpu/common';
 import { Keypair } from '@solana/web3.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { getTransaction } from '../src/db/transaction-repository.ts';
 import type { Chain } from '../src/domain/chain/chain.ts';
 import { createHold, postHold } from '../src/domain/ledger/holds.ts';
@@ -127,12 +127,20 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       expect(refused.statusCode).toBe(429);
       expect(refused.json()).toMatchObject({ code: 'RATE_LIMITED' });
       expect(refused.json().detail).toMatch(/2 withdrawals within the hour/);
+      // A key refused for the window is not taken: the same key goes through once the wallet may withdraw again.
+      const keyed = { 'idempotency-key': `limited-${w.id}` };
+      expect((await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '0.5' }, keyed)).statusCode).toBe(429);
       const retryAfter = Number(refused.headers['retry-after']);
       expect(retryAfter).toBeGreaterThan(3000);
       expect(retryAfter).toBeLessThanOrEqual(3600);
       expect(await h.balanceOf(w.id)).toMatchObject({ available: '7.000000', pending: '0.000000' });
       const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
       expect(list.json()).toHaveLength(2);
+      h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 3 };
+      const retried = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '0.5' }, keyed);
+      expect(retried.statusCode, retried.body).toBe(200);
+      expect(await h.balanceOf(w.id)).toMatchObject({ available: '6.500000' });
+      h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 2 };
 
       // Five at once from a fresh wallet: two go through, three are refused, whichever instance or order.
       const other = await h.fundedWallet('10', 'user', fresh());
@@ -361,13 +369,15 @@ describe('reconciliation of pending withdrawals after a crash', () => {
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
-  it('reverses a transfer whose blockhash expired without landing', async () => {
-    const { w, address, row } = await intent('4');
+  it('reverses a transfer whose blockhash expired without landing, its token account fee with it', async () => {
+    const { w, address, row } = await intent('4', '0.5');
+    expect(row.fee).toBe('0.500000');
     await localnetRpc('localnet_warp', [400], net.rpcUrl); // past lastValidBlockHeight (150 blocks)
     await reconcilePending(h.ctx);
     const after = (await getTransaction(h.db, row.id))!;
     expect(after.status).toBe('failed');
     expect(after.failure_reason).toMatch(/expired/);
+    expect(after.fee).toBe('0.000000');
     expect(await L.chain.tokenBalance(address)).toBe('0');
     expect(await h.balanceOf(w.id)).toMatchObject({ available: '100.000000', pending: '0.000000' });
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
@@ -375,7 +385,11 @@ describe('reconciliation of pending withdrawals after a crash', () => {
 });
 
 describe('provider earnings and payouts', () => {
-  it('pays earnings out on chain above the minimum and summarises them', async () => {
+  it('pays earnings out on chain above the minimum, less the token account fee once, and summarises them', async () => {
+    h.ctx.tokenAccountFee = '0.5';
+    onTestFinished(() => {
+      h.ctx.tokenAccountFee = '0';
+    });
     const providerId = crypto.randomUUID();
     const address = fresh();
     const created = await post('/api/v1/wallet', {
@@ -413,8 +427,9 @@ describe('provider earnings and payouts', () => {
 
     const paid = await post(`/api/v1/provider/${providerId}/payout`, { amount: '15' });
     expect(paid.statusCode, paid.body).toBe(200);
-    expect(paid.json()).toMatchObject({ type: 'payout', status: 'confirmed', amount: '15.000000' });
-    expect(await L.chain.tokenBalance(address)).toBe('15');
+    // The address had no token account: the payout made it and withheld its fee.
+    expect(paid.json()).toMatchObject({ type: 'payout', status: 'confirmed', amount: '15.000000', fee: '0.500000' });
+    expect(await L.chain.tokenBalance(address)).toBe('14.5');
 
     const rest = await post(`/api/v1/provider/${providerId}/payout`, {});
     expect(rest.statusCode).toBe(402); // 8.75 left: below the minimum

@@ -813,7 +813,7 @@ export interface paths {
         put?: never;
         /**
          * Pay a provider's earnings out on chain (at least the minimum payout)
-         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. 400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's own. Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
+         * @description Without an amount the whole available balance is paid out. Same crash-safe path as withdrawals: 200 confirmed, 202 pending, 502 SOLANA_TRANSACTION_FAILED (reversed). 400 PAYOUT_BELOW_MINIMUM when the amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more than the available balance, or, without an amount, when the available balance is under the minimum. 400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's own. To an address without a token account yet, the amount less the token account fee is sent (the record's `fee`; 400 INVALID_TRANSFER when nothing would be left). Anyone but the machine's owner (and, for reads, the owner's daemon), an admin or a service gets 403 NOT_PROVIDER_OWNER before anything else, whether or not the machine has a wallet; 404 WALLET_NOT_FOUND only tells its owner that it has none yet, 404 PROVIDER_NOT_FOUND that the registry does not know the machine.
          */
         post: operations["createProviderPayout"];
         delete?: never;
@@ -1745,8 +1745,8 @@ export interface components {
             treasury: string;
             /** @description the treasury's balance of the platform token, read from the chain now */
             treasury_balance: string;
-            /** @description the treasury's SOL (decimal string), read from the chain now: it pays every transfer's fee and the rent of each token account a transfer creates; withdrawals and payouts fail on chain without it */
-            treasury_sol: string;
+            /** @description the treasury's SOL (decimal string), read from the chain now: it pays every transfer's fee and the rent of each token account a transfer creates; withdrawals and payouts fail on chain without it. Null when it could not be read (that stops no payout) */
+            treasury_sol: string | null;
         };
         Session: {
             /** @description power draw of the latest usage update (W) */
@@ -1981,7 +1981,7 @@ export interface components {
             created_at: string;
             destination: string | null;
             failure_reason: string | null;
-            /** @description a payment's platform fee; a withdrawal's or payout's token account fee, withheld from amount (the rest sent) when its transfer created the destination's token account */
+            /** @description a payment's platform fee; a withdrawal's or payout's token account fee, withheld from amount (the rest sent) when the destination had no token account as its transfer was built (the transfer creates it); 0 once failed */
             fee: string;
             hold_id: string | null;
             /** Format: uuid */

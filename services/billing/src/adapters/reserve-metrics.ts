@@ -57,7 +57,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry): void {
       registered = true;
     }
     balance.set(Number(r.treasury_balance));
-    sol.set(Number(r.treasury_sol));
+    if (r.treasury_sol !== null) sol.set(Number(r.treasury_sol));
     owed.set(Number(r.owed.total));
     required.set(Number(r.required));
     // Nothing required: covered, whatever the balance.

@@ -292,18 +292,22 @@ export class SolanaChain implements Chain {
     signature: string,
     lastValidBlockHeight?: number,
   ): Promise<{ state: SignatureState; expired: boolean }> {
-    // Block height first, status second: a transaction that lands in between is then seen as landed.
-    const height =
+    // The finalized height (and its slot) first, the status second: a transaction that lands in between is then seen
+    // as landed.
+    const finalized =
       lastValidBlockHeight === undefined
         ? undefined
-        : await call('getBlockHeight', () => this.connection.getBlockHeight('finalized'));
-    const state = stateOf(await this.status(signature), this.commitment);
-    if (state !== 'unknown' || height === undefined || height <= lastValidBlockHeight!)
+        : await call('getEpochInfo', () => this.connection.getEpochInfo('finalized'));
+    const res = await call('getSignatureStatuses', () =>
+      this.connection.getSignatureStatuses([signature], { searchTransactionHistory: true }),
+    );
+    const state = stateOf(res.value[0] ?? null, this.commitment);
+    if (state !== 'unknown' || !finalized || (finalized.blockHeight ?? 0) <= lastValidBlockHeight!) {
       return { state, expired: false };
-    // Unknown past its last valid height: asked once more before it is called expired, which reverses its debit (a
-    // node behind, or one of several behind one address, may not have it yet).
-    const again = stateOf(await this.status(signature), this.commitment);
-    return { state: again, expired: again === 'unknown' };
+    }
+    // Unknown past its last valid height is expired, which gives its debit back, only when the node that answered had
+    // seen that finalized slot: a node behind (one of several behind one address) may not have the transfer yet.
+    return { state, expired: res.context.slot >= finalized.absoluteSlot };
   }
 
   async signatureStates(signatures: readonly string[]): Promise<SignatureState[]> {

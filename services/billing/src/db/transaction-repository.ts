@@ -97,6 +97,8 @@ export async function settlePending(
       failure_reason: reason,
       updated_at: now,
       confirmed_at: outcome === 'confirmed' ? now : null,
+      // A failed transfer withheld nothing: its token account fee goes with it.
+      ...(outcome === 'failed' ? { fee: '0' } : {}),
     })
     .where('id', '=', id)
     .where('status', '=', 'pending')

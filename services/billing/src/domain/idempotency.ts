@@ -92,6 +92,8 @@ const NOT_DEFINITIVE = new Set([
   'DEPOSIT_NOT_FINAL',
   'IDEMPOTENCY_KEY_REUSED',
   'IDEMPOTENCY_KEY_IN_PROGRESS',
+  // A window that ends by itself (a wallet's withdrawals of the hour): a retry after it must go through.
+  'RATE_LIMITED',
 ]);
 
 /** Whether an error is a definitive answer that a retry with the same key must get again. */

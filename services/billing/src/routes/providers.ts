@@ -191,7 +191,8 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           'amount is under `billing.minimum_payout` (default 10 tokens); 402 INSUFFICIENT_FUNDS when it is more ' +
           'than the available balance, or, without an amount, when the available balance is under the minimum. ' +
           "400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's " +
-          'own. ' +
+          'own. To an address without a token account yet, the amount less the token account fee is sent (the ' +
+          "record's `fee`; 400 INVALID_TRANSFER when nothing would be left). " +
           OWNER_FIRST,
         params: providerParams,
         headers: idempotencyHeaders,

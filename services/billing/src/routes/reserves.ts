@@ -30,9 +30,11 @@ const reserveReportSchema = z
     treasury_balance: amount.describe("the treasury's balance of the platform token, read from the chain now"),
     treasury_sol: z
       .string()
+      .nullable()
       .describe(
         "the treasury's SOL (decimal string), read from the chain now: it pays every transfer's fee and the rent of " +
-          'each token account a transfer creates; withdrawals and payouts fail on chain without it',
+          'each token account a transfer creates; withdrawals and payouts fail on chain without it. Null when it ' +
+          'could not be read (that stops no payout)',
       ),
     owed: z
       .object({

@@ -96,7 +96,7 @@ export const transactionSchema = z
       .string()
       .describe(
         "a payment's platform fee; a withdrawal's or payout's token account fee, withheld from amount (the rest sent) " +
-          "when its transfer created the destination's token account",
+          'when the destination had no token account as its transfer was built (the transfer creates it); 0 once failed',
       ),
     signature: z.string().nullable(),
     destination: z.string().nullable(),

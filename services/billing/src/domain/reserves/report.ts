@@ -4,8 +4,11 @@ export interface ReserveReport {
   /** The treasury's address and its balance of the platform token, read from the chain. */
   treasury: string;
   treasury_balance: string;
-  /** The treasury's SOL, which pays every transfer's fee (and the rent of token accounts a transfer creates). */
-  treasury_sol: string;
+  /**
+   * The treasury's SOL, which pays every transfer's fee (and the rent of token accounts a transfer creates); null when
+   * it could not be read (it stops nothing).
+   */
+  treasury_sol: string | null;
   owed: { available: string; locked: string; pending_out: string; platform_fees: string; total: string };
   /** Withdrawals and payouts debited, not yet settled (`pending_out`). */
   in_flight: string;

@@ -115,6 +115,10 @@ export async function recordIntent(
   idem: KeyClaim<TransactionRow> | null,
 ): Promise<TransactionRow> {
   const { wallet, amount, destination } = req;
+  const fee = amount.minus(prepared.sent);
+  if (fee.isNegative() || fee.gte(amount)) {
+    throw new RangeError(`a transfer of ${amount.toFixed()} that sends ${prepared.sent} withholds no sound fee`);
+  }
   const id = randomUUID();
   return ctx.db.transaction().execute(async (trx) => {
     // A pause committed since the check above wins: no debit after it.
@@ -142,7 +146,7 @@ export async function recordIntent(
         type: req.type,
         status: 'pending',
         amount: amount.toFixed(),
-        fee: amount.minus(prepared.sent).toFixed(),
+        fee: fee.toFixed(),
         signature: prepared.signature,
         destination,
         serialized_tx: prepared.serialized,
