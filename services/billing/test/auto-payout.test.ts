@@ -7,12 +7,14 @@
 import { TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Dec } from '../src/domain/ledger/money.ts';
 import {
   autoPayoutBackoffMs,
   payOutEarnings,
   settleAutoPayouts,
   sweepAutoPayouts,
 } from '../src/domain/wallets/auto-payout.ts';
+import { reconcilePending } from '../src/domain/wallets/reconcile.ts';
 import { type Localnet, setupLocalnet } from './support/localnet.ts';
 import { end, manualClock, start } from './support/sessions.ts';
 import { type BillingHarness, setupBilling } from './support/setup.ts';
@@ -214,6 +216,39 @@ describe('automatic payouts', () => {
     expect(autoPayoutBackoffMs(1)).toBe(60_000);
     expect(autoPayoutBackoffMs(3)).toBe(240_000);
     expect(autoPayoutBackoffMs(40)).toBe(86_400_000);
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('backs off a payout that failed only after its attempt ended, when reconciliation settles it', async () => {
+    const p = await provider();
+    await rental(p, 1);
+    await h.db.updateTable('wallets').set({ auto_payout_to: p.address }).where('id', '=', p.wallet.id).execute();
+    // The attempt ends with its transfer signed and recorded but not out (a send that timed out): pending.
+    const chain = L.chain;
+    const unsent = Object.create(chain, { sendAndConfirm: { value: async () => 'unknown' } });
+    expect(await payOutEarnings({ ...h.ctx, chain: unsent }, p.wallet.id)).toBe('pending');
+    // The treasury's tokens leave behind billing's back: reconciliation re-sends the transfer, which fails on chain.
+    const elsewhere = await L.user(0n);
+    const held = BigInt(new Dec(await chain.tokenBalance(chain.treasuryAddress())).times(L.unit.toString()).toFixed());
+    await L.transfer(L.treasury, elsewhere.publicKey, held);
+    const before = Date.now();
+    try {
+      expect(await reconcilePending(h.ctx)).toMatchObject({ failed: 1 });
+    } finally {
+      await L.transfer(elsewhere, L.treasury.publicKey, held);
+    }
+    expect(await payouts(p.wallet.id)).toEqual([{ amount: '12.666666', status: 'failed', destination: p.address }]);
+    const wallet = await h.db
+      .selectFrom('wallets')
+      .select(['auto_payout_failures', 'auto_payout_retry_at', 'auto_payout_last_failure'])
+      .where('id', '=', p.wallet.id)
+      .executeTakeFirstOrThrow();
+    expect(wallet.auto_payout_failures).toBe(1);
+    expect(wallet.auto_payout_retry_at!.getTime()).toBeGreaterThanOrEqual(before + autoPayoutBackoffMs(1));
+    expect(wallet.auto_payout_last_failure).toMatch(/failed on chain/);
+    // Its earnings are back, and it waits out the backoff rather than being sent again at the next round.
+    expect(await payOutEarnings(h.ctx, p.wallet.id)).toBeNull();
+    expect(await payouts(p.wallet.id)).toHaveLength(1);
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 

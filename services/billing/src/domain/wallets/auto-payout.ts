@@ -142,14 +142,7 @@ export async function payOutEarnings(
   const balances = await walletBalances(ctx.db, walletId, ctx.scale);
   const available = new Dec(balances?.available ?? 0);
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
-  const failed = async (why: string) => {
-    const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
-    await recordAutoPayoutOutcome(ctx.db, walletId, { retryAt: new Date(ctx.now().getTime() + wait), reason: why });
-    ctx.logger.warn(
-      { wallet_id: walletId, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
-      'automatic payout failed; will retry after a backoff',
-    );
-  };
+  const failed = (why: string) => backOffAutoPayout(ctx, row, why);
   const audit = (outcome: AuditOutcome, details: Record<string, unknown>) =>
     appendAudit(ctx.db, {
       action: 'payout',
@@ -196,6 +189,30 @@ export async function payOutEarnings(
     'automatic payout',
   );
   return paid.status;
+}
+
+/** Records a failed automatic payout of the wallet: the next attempt waits `autoPayoutBackoffMs` of its failures. */
+async function backOffAutoPayout(
+  ctx: BillingContext,
+  row: { id: string; auto_payout_failures: number },
+  why: string,
+): Promise<void> {
+  const wait = autoPayoutBackoffMs(row.auto_payout_failures + 1);
+  await recordAutoPayoutOutcome(ctx.db, row.id, { retryAt: new Date(ctx.now().getTime() + wait), reason: why });
+  ctx.logger.warn(
+    { wallet_id: row.id, err: why, retry_in_ms: wait, failures: row.auto_payout_failures + 1 },
+    'automatic payout failed; will retry after a backoff',
+  );
+}
+
+/**
+ * A payout that failed after its request ended (pending then, settled failed by reconciliation), from a wallet whose
+ * automatic payout is on: backed off as a failure seen at once is, so the sweep does not send a transfer that keeps
+ * failing again every round (each costs the treasury its fee in SOL). A wallet without automatic payout: nothing.
+ */
+export async function backOffAfterFailedPayout(ctx: BillingContext, walletId: string, why: string): Promise<void> {
+  const row = await findWallet(ctx.db, walletId);
+  if (row?.auto_payout_to) await backOffAutoPayout(ctx, row, why);
 }
 
 /** Starts the wallet's automatic payout in the background (one per wallet at a time in this instance). */

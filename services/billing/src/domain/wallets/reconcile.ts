@@ -8,9 +8,11 @@
  *  - unknown with a still-valid blockhash -> the stored signed bytes are
  *    re-sent (the same signature: it can land at most once);
  *  - seen but below the commitment -> left for the next round.
+ * A payout that fails here backs its wallet's automatic payout off (auto-payout.ts), as one that failed at once does.
  */
-import { pendingChainPayouts } from '../../db/transaction-repository.ts';
+import { pendingChainPayouts, type TransactionRow } from '../../db/transaction-repository.ts';
 import type { BillingContext } from '../context.ts';
+import { backOffAfterFailedPayout } from './auto-payout.ts';
 import { hasLanded, sendAndSettle, settle } from './payouts.ts';
 
 export interface ReconcileSummary {
@@ -27,11 +29,17 @@ export async function reconcilePending(ctx: BillingContext, minAgeMs = 0): Promi
   const chain = ctx.chain;
   if (!chain) return summary;
   const rows = await pendingChainPayouts(ctx.db, new Date(ctx.now().getTime() - minAgeMs), 500);
+  // A payout that fails here failed after its request ended: its wallet's automatic payout backs off as it would
+  // had the failure been seen at once.
+  const failed = async (row: TransactionRow, reason: string) => {
+    const after = await settle(ctx, row.id, 'failed', reason);
+    if (after.status === 'failed' && row.type === 'payout') await backOffAfterFailedPayout(ctx, row.wallet_id, reason);
+    summary.failed++;
+  };
   for (const row of rows) {
     summary.checked++;
     if (!row.signature || !row.serialized_tx || row.last_valid_block_height === null) {
-      await settle(ctx, row.id, 'failed', 'no signed transaction was recorded');
-      summary.failed++;
+      await failed(row, 'no signed transaction was recorded');
       continue;
     }
     const { state, expired } = await chain.signatureState(row.signature, Number(row.last_valid_block_height));
@@ -39,11 +47,9 @@ export async function reconcilePending(ctx: BillingContext, minAgeMs = 0): Promi
       await settle(ctx, row.id, 'confirmed', null);
       summary.confirmed++;
     } else if (state === 'failed') {
-      await settle(ctx, row.id, 'failed', 'transaction failed on chain');
-      summary.failed++;
+      await failed(row, 'transaction failed on chain');
     } else if (state === 'unknown' && expired) {
-      await settle(ctx, row.id, 'failed', 'transaction expired without landing');
-      summary.failed++;
+      await failed(row, 'transaction expired without landing');
     } else if (state === 'unknown') {
       const after = await sendAndSettle(ctx, row, {
         signature: row.signature,
@@ -52,8 +58,10 @@ export async function reconcilePending(ctx: BillingContext, minAgeMs = 0): Promi
       });
       summary.resent++;
       if (after.status === 'confirmed') summary.confirmed++;
-      else if (after.status === 'failed') summary.failed++;
-      else summary.waiting++;
+      else if (after.status === 'failed') {
+        summary.failed++;
+        if (row.type === 'payout') await backOffAfterFailedPayout(ctx, row.wallet_id, after.failure_reason ?? 'failed');
+      } else summary.waiting++;
     } else {
       summary.waiting++;
     }
