@@ -273,6 +273,7 @@ export async function sessionOutcome(
       total_cost: string | null;
       workload_state: string | null;
       exit_code: number | null;
+      final_checkpoint_at: Date | null;
     }
   | undefined
 > {
@@ -280,7 +281,15 @@ export async function sessionOutcome(
     .selectFrom('rental_sessions as s')
     .leftJoin('billing_records as b', 'b.session_id', 's.id')
     .leftJoin('session_workloads as w', 'w.session_id', 's.id')
-    .select(['s.status', 's.ended_at', 's.end_reason', 'b.total_cost', 'w.state as workload_state', 'w.exit_code'])
+    .select([
+      's.status',
+      's.ended_at',
+      's.end_reason',
+      'b.total_cost',
+      'w.state as workload_state',
+      'w.exit_code',
+      'w.final_checkpoint_at',
+    ])
     .where('s.id', '=', sessionId)
     .executeTakeFirst();
 }

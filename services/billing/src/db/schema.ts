@@ -232,6 +232,8 @@ export interface SessionWorkloadTable {
   /** Bytes renters sent into it and received from it through the relay (migration 0027; bigint, as text). */
   reach_bytes_in: ColumnType<string, never, string>;
   reach_bytes_out: ColumnType<string, never, string>;
+  /** When its daemon said the ended workload's final checkpoint, kept or none (migration 0038). */
+  final_checkpoint_at: ColumnType<Date | null, never, Date | null>;
 }
 
 export interface UsageRecordTable {

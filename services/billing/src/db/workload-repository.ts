@@ -40,6 +40,16 @@ export async function updateWorkload(
     .executeTakeFirstOrThrow();
 }
 
+/** Notes that the ended workload's final checkpoint was said (kept, or none), once. */
+export async function markFinalCheckpointSaid(db: Db, sessionId: string, now: Date): Promise<void> {
+  await db
+    .updateTable('session_workloads')
+    .set({ final_checkpoint_at: now })
+    .where('session_id', '=', sessionId)
+    .where('final_checkpoint_at', 'is', null)
+    .execute();
+}
+
 /** Up to `limit` running sessions whose workload has waited to run since before `before`, oldest first. */
 export async function sessionsWaitingSince(db: Db, before: Date, limit: number): Promise<string[]> {
   const rows = await db

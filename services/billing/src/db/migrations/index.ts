@@ -38,6 +38,7 @@ import { bidChangesMigration } from './0034-bid-changes.ts';
 import { usageRecordSessionCheckMigration } from './0035-usage-record-session-check.ts';
 import { usageRecordKeyMigration } from './0036-usage-record-key.ts';
 import { rateLimitsMigration } from './0037-rate-limits.ts';
+import { finalCheckpointSaidMigration } from './0038-final-checkpoint-said.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -78,5 +79,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0035-usage-record-session-check': usageRecordSessionCheckMigration,
     '0036-usage-record-key': usageRecordKeyMigration,
     '0037-rate-limits': rateLimitsMigration,
+    '0038-final-checkpoint-said': finalCheckpointSaidMigration,
   };
 }

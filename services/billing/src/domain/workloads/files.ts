@@ -30,7 +30,7 @@ import {
   workloadSpecSchema,
 } from '@gpu/common';
 import { endFinalCheckpointWait, findJob, jobOfSession, recordJobCheckpoint } from '../../db/job-repository.ts';
-import { findWorkload, recordOutputs } from '../../db/workload-repository.ts';
+import { findWorkload, markFinalCheckpointSaid, recordOutputs } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
 import type { BillingContext } from '../context.ts';
@@ -234,6 +234,9 @@ export async function recordWorkloadCheckpoint(
   // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
   // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
   if (size !== null && row.running_at) await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
+  // Said after the workload's end, it is the final one: an attempt settled from now on does not wait for it (the
+  // job's placer may be slower than the daemon).
+  if (size === null || row.ended_at) await markFinalCheckpointSaid(ctx.db, sessionId, ctx.now());
   // The job waits for this attempt's final checkpoint to be placed again: no more.
   if (await endFinalCheckpointWait(ctx.db, jobId, sessionId, ctx.now())) ctx.state.wakeJobs();
 }
