@@ -224,11 +224,18 @@ export class FileKeeper {
     }
   }
 
-  /** Tells billing that no final checkpoint will come (once; a billing that cannot be told waits out its bound). */
+  /**
+   * Tells billing that no final checkpoint will come. A billing out of reach (no answer, 5xx, 429) is told again at the
+   * next poll (thrown: the job waits for this word, `jobs.final_checkpoint_wait` at worst); one that refuses it (another
+   * 4xx) would refuse it again, and waits out its own bound.
+   */
   private async noFinalCheckpoint(sessionId: string, kept: Kept): Promise<void> {
-    await kept.files?.noFinalCheckpoint().catch((err: unknown) => {
-      this.logger.warn({ err, session_id: sessionId }, 'billing could not be told that no final checkpoint comes');
-    });
+    try {
+      await kept.files?.noFinalCheckpoint();
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status >= 500 || err.status === 429) throw err;
+      this.logger.warn({ err, session_id: sessionId }, 'billing refused to be told that no final checkpoint comes');
+    }
   }
 
   /**
