@@ -168,7 +168,7 @@ export class SolanaChain implements Chain {
       this.connection.getTransaction(signature, { commitment, maxSupportedTransactionVersion: 0 }),
     );
     if (!tx) {
-      const status = await this.status(signature);
+      const { status } = await this.status(signature);
       if (!status) throw new ChainRejection('NOT_FOUND', `no transaction ${signature} on chain`);
       if (status.err) throw new ChainRejection('FAILED', `transaction failed: ${JSON.stringify(status.err)}`);
       throw new ChainRejection(
@@ -298,16 +298,14 @@ export class SolanaChain implements Chain {
       lastValidBlockHeight === undefined
         ? undefined
         : await call('getEpochInfo', () => this.connection.getEpochInfo('finalized'));
-    const res = await call('getSignatureStatuses', () =>
-      this.connection.getSignatureStatuses([signature], { searchTransactionHistory: true }),
-    );
-    const state = stateOf(res.value[0] ?? null, this.commitment);
+    const { status, slot } = await this.status(signature);
+    const state = stateOf(status, this.commitment);
     if (state !== 'unknown' || !finalized || (finalized.blockHeight ?? 0) <= lastValidBlockHeight!) {
       return { state, expired: false };
     }
     // Unknown past its last valid height is expired, which gives its debit back, only when the node that answered had
     // seen that finalized slot: a node behind (one of several behind one address) may not have the transfer yet.
-    return { state, expired: res.context.slot >= finalized.absoluteSlot };
+    return { state, expired: slot >= finalized.absoluteSlot };
   }
 
   async signatureStates(signatures: readonly string[]): Promise<SignatureState[]> {
@@ -369,11 +367,12 @@ export class SolanaChain implements Chain {
     return getAssociatedTokenAddressSync(this.mint, owner, true, this.tokenProgram);
   }
 
+  /** A signature's status (null: unknown to the node) and the slot the node answered at. */
   private async status(signature: TransactionSignature) {
     const res = await call('getSignatureStatuses', () =>
       this.connection.getSignatureStatuses([signature], { searchTransactionHistory: true }),
     );
-    return res.value[0] ?? null;
+    return { status: res.value[0] ?? null, slot: res.context.slot };
   }
 }
 
