@@ -203,7 +203,7 @@ export const billingErrors = {
       `a provider wallet pays out its earnings through POST /provider/${providerId}/payout (with the minimum payout)`,
     ),
   destinationNotAllowed: (destination: string) => {
-    const detail = `a platform service pays only the wallet's own address, not ${destination}`;
+    const detail = `only the wallet's holder sends its money elsewhere than the wallet's own address, not to ${destination}`;
     return new AppError('forbidden', 'DESTINATION_NOT_ALLOWED', detail, {
       errors: [{ path: 'body.destination', message: detail }],
     });

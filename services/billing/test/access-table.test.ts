@@ -607,24 +607,20 @@ describe('billing ownership beyond the table', () => {
     expect((await endAs(owner.headers, own, 'done')).json().billing_record.end_reason).toBe('done');
   });
 
-  it('sends a service client’s withdrawal only to the wallet’s own address, and a provider wallet only through payouts', async () => {
-    const service = as('service');
-    const elsewhere = await uninjected(h.app)({
-      method: 'POST',
-      url: `/api/v1/wallet/${ownerWallet.id}/withdraw`,
-      headers: service,
-      payload: { amount: '1', destination: address() },
-    });
-    expect(elsewhere.statusCode).toBe(403);
-    expect(elsewhere.json().code).toBe('DESTINATION_NOT_ALLOWED');
-    // To its own address it goes on (to the chain, which this harness has not).
-    const own = await uninjected(h.app)({
-      method: 'POST',
-      url: `/api/v1/wallet/${ownerWallet.id}/withdraw`,
-      headers: service,
-      payload: { amount: '1' },
-    });
-    expect(own.statusCode).toBe(503);
+  it('sends an admin’s or a service’s withdrawal only to the wallet’s own address, and a provider wallet only through payouts', async () => {
+    const withdraw = (headers: Record<string, string>, payload: object) =>
+      uninjected(h.app)({ method: 'POST', url: `/api/v1/wallet/${ownerWallet.id}/withdraw`, headers, payload });
+    for (const role of ['service', 'admin'] as const) {
+      const elsewhere = await withdraw(as(role), { amount: '1', destination: address() });
+      expect(elsewhere.statusCode, role).toBe(403);
+      expect(elsewhere.json().code).toBe('DESTINATION_NOT_ALLOWED');
+      // To its own address it goes on (to the chain, which this harness has not).
+      expect((await withdraw(as(role), { amount: '1' })).statusCode, role).toBe(503);
+      // Naming the wallet's own address is no other destination.
+      expect((await withdraw(as(role), { amount: '1', destination: ownerWallet.solanaAddress })).statusCode).toBe(503);
+    }
+    // Its holder names any destination (past the check: the chain answers).
+    expect((await withdraw(as('owner'), { amount: '1', destination: address() })).statusCode).toBe(503);
     const fromProvider = await uninjected(h.app)({
       method: 'POST',
       url: `/api/v1/wallet/${providerWallet.id}/withdraw`,
@@ -659,6 +655,20 @@ describe('billing ownership beyond the table', () => {
     });
     expect(stranger.statusCode).toBe(403);
     expect(stranger.json().code).toBe('NOT_PROVIDER_OWNER');
+    // An admin or a service pays the provider wallet's own address only; its owner any.
+    const payoutAs = (name: CallerName, destination: string) =>
+      uninjected(h.app)({
+        method: 'POST',
+        url: `/api/v1/provider/${providerId}/payout`,
+        headers: as(name),
+        payload: { amount: '10', destination },
+      });
+    for (const name of ['admin', 'service'] as const) {
+      const elsewhere = await payoutAs(name, address());
+      expect(elsewhere.statusCode, name).toBe(403);
+      expect(elsewhere.json().code).toBe('DESTINATION_NOT_ALLOWED');
+    }
+    expect((await payoutAs('owner', address())).statusCode).toBe(503);
     expect(await h.balanceOf(providerWallet.id)).toMatchObject({ pending: '0.000000' });
   });
 

@@ -276,7 +276,7 @@ describe('automatic payouts', () => {
     expect((await h.assertLedgerConsistent()).problems).toEqual([]);
   });
 
-  it('is set by the holder or an admin; a service only to the own address; never to a program or token account', async () => {
+  it('is set by the holder anywhere, by an admin or a service only to the own address; never to a program or token account', async () => {
     const p = await provider();
     const url = `/api/v1/provider/${p.providerId}/payout-settings`;
     const stranger = await h.issuer.user(['provider']);
@@ -287,10 +287,19 @@ describe('automatic payouts', () => {
     // The owner's daemon reads it (as it reads earnings) but never changes where money goes.
     expect((await as(daemon.headers).get(url)).statusCode).toBe(200);
     expect((await as(daemon.headers).put(url, { auto_payout: true })).statusCode).toBe(403);
-    const redirected = await as(service.headers).put(url, { auto_payout: true, destination: fresh() });
-    expect(redirected.statusCode).toBe(403);
-    expect(redirected.json().code).toBe('DESTINATION_NOT_ALLOWED');
-    expect((await as(service.headers).put(url, { auto_payout: true })).statusCode).toBe(200);
+    for (const privileged of [service, h.admin]) {
+      const redirected = await as(privileged.headers).put(url, { auto_payout: true, destination: fresh() });
+      expect(redirected.statusCode).toBe(403);
+      expect(redirected.json().code).toBe('DESTINATION_NOT_ALLOWED');
+      const own = await as(privileged.headers).put(url, { auto_payout: true });
+      expect(own.statusCode).toBe(200);
+      expect(own.json().destination).toBe(p.address);
+    }
+    // The holder names another address.
+    const elsewhere = fresh();
+    const moved = await as(p.owner.headers).put(url, { auto_payout: true, destination: elsewhere });
+    expect(moved.statusCode, moved.body).toBe(200);
+    expect(moved.json().destination).toBe(elsewhere);
 
     // The token program and the mint strand tokens: refused, the setting unchanged.
     for (const bad of [TOKEN_PROGRAM_ID.toBase58(), L.mint.toBase58()]) {
@@ -298,7 +307,7 @@ describe('automatic payouts', () => {
       expect(res.statusCode, res.body).toBe(400);
       expect(res.json().code).toBe('INVALID_DESTINATION');
     }
-    expect((await as(p.owner.headers).get(url)).json()).toMatchObject({ destination: p.address });
+    expect((await as(p.owner.headers).get(url)).json()).toMatchObject({ destination: elsewhere });
     const malformed = await as(p.owner.headers).put(url, { auto_payout: 'yes' });
     expect(malformed.statusCode).toBe(400);
     // A machine that is not theirs (without a registry: any machine without their wallet) is 403, as for a stranger;

@@ -26,6 +26,16 @@ export function assertWalletHolder(actor: Principal, wallet: { id: string; holde
   if (!isPrivileged(actor) && !isUser(actor, wallet.holderId)) throw notHolder(wallet.id);
 }
 
+/**
+ * Whether the actor may send a wallet's money to an address other than the wallet's own: its holder only (their own
+ * token or API key), or anyone while access control is off. An admin or a platform service acting on someone else's
+ * wallet pays only the wallet's own address (which its holder chose), so a leaked or misused privileged token cannot
+ * send anyone's money elsewhere.
+ */
+export function mayNameDestination(actor: Principal, wallet: { holderId: string | null }): boolean {
+  return actor.unchecked === true || isUser(actor, wallet.holderId);
+}
+
 /** A new wallet for the user `ownerId` is made by that user (or an admin or service). */
 export function assertMayCreateUserWallet(actor: Principal, ownerId: string): void {
   if (!isPrivileged(actor) && !isUser(actor, ownerId)) {

@@ -156,7 +156,9 @@ export async function paymentRoutes(app: App, deps: RouteDeps) {
           "sysvar, token account or burn address) or that the platform itself controls (the treasury, the treasury's " +
           "token account, the mint, the mint's authorities): `reason` says which. To an address without a token " +
           "account yet, the transfer creates it and sends the amount less the token account fee (the record's " +
-          '`fee`); 400 INVALID_TRANSFER when the amount does not exceed that fee. 429 RATE_LIMITED (Retry-After), ' +
+          '`fee`); 400 INVALID_TRANSFER when the amount does not exceed that fee. 403 DESTINATION_NOT_ALLOWED when ' +
+          "anyone but the wallet's holder (an admin, a service) names another address than the wallet's. " +
+          '429 RATE_LIMITED (Retry-After), ' +
           'nothing debited, once the wallet made its withdrawals of the hour (billing.withdrawals_per_hour).',
         params: walletParams,
         headers: idempotencyHeaders,

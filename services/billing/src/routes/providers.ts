@@ -152,7 +152,7 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           '`billing.minimum_payout`; earnings already due are paid at once. 400 DESTINATION_REQUIRED when the ' +
           'wallet has no address and none is named, INVALID_DESTINATION for a program, sysvar, token account, burn ' +
           "address or one of the platform's own addresses (treasury, its token account, the mint, its authorities); " +
-          "403 DESTINATION_NOT_ALLOWED when a platform service names another address than the wallet's; 503 " +
+          "403 DESTINATION_NOT_ALLOWED when anyone but the holder (an admin, a service) names another address than the wallet's; 503 " +
           'SOLANA_NOT_CONFIGURED without a chain. With a registry, the wallet of a machine that has none yet is ' +
           'opened for its owner. ' +
           OWNER_FIRST,
@@ -192,7 +192,8 @@ export async function providerRoutes(app: App, deps: RouteDeps) {
           'than the available balance, or, without an amount, when the available balance is under the minimum. ' +
           "400 INVALID_DESTINATION (nothing debited) for a destination that cannot own the tokens or is the platform's " +
           'own. To an address without a token account yet, the amount less the token account fee is sent (the ' +
-          "record's `fee`; 400 INVALID_TRANSFER when nothing would be left). " +
+          "record's `fee`; 400 INVALID_TRANSFER when nothing would be left). 403 DESTINATION_NOT_ALLOWED when " +
+          "anyone but the machine's owner (an admin, a service) names another address than the wallet's. " +
           OWNER_FIRST,
         params: providerParams,
         headers: idempotencyHeaders,

@@ -23,7 +23,7 @@ import {
   walletsDueForAutoPayout,
 } from '../../db/wallet-repository.ts';
 import { billingErrors } from '../../errors.ts';
-import { assertProviderOwner } from '../access.ts';
+import { assertProviderOwner, mayNameDestination } from '../access.ts';
 import { chainError } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec, walletBalances } from '../ledger/index.ts';
@@ -66,7 +66,7 @@ export async function autoPayoutSetting(
 
 /**
  * Turns automatic payouts on (to `destination`, else the wallet's own address) or off, by the wallet's holder (or an
- * admin; a platform service only to the wallet's own address). With a registry, a machine whose wallet is not open
+ * admin or a platform service, to the wallet's own address only). With a registry, a machine whose wallet is not open
  * yet gets it now, for its owner. Earnings already due are paid at once.
  */
 export async function setAutoPayout(
@@ -80,7 +80,7 @@ export async function setAutoPayout(
   if (change.enabled) {
     address = change.destination ?? wallet.solanaAddress;
     if (!address) throw billingErrors.destinationRequired(wallet.id);
-    if (actor.kind === 'client' && address !== wallet.solanaAddress) {
+    if (address !== wallet.solanaAddress && !mayNameDestination(actor, wallet)) {
       throw billingErrors.destinationNotAllowed(address);
     }
     if (!ctx.chain) throw billingErrors.chainNotConfigured();

@@ -32,6 +32,7 @@ import {
   type TransactionRow,
 } from '../../db/transaction-repository.ts';
 import { billingErrors } from '../../errors.ts';
+import { mayNameDestination } from '../access.ts';
 import type { PreparedTransfer, SignatureState, SignedTransfer } from '../chain/index.ts';
 import { chainError, landedAt } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
@@ -50,7 +51,7 @@ export interface ChainPayoutRequest {
   /** Destination owner address; the wallet's registered address by default. */
   destination?: string;
   correlationId?: string;
-  /** Who asks (a machine client may pay only the wallet's own address); absent for the service's own work. */
+  /** Who asks (anyone but the holder pays only the wallet's own address); absent for the service's own work. */
   actor?: Principal;
   /**
    * Checked inside the debit's transaction, before the debit (it may lock rows): throwing stops the payout with
@@ -74,9 +75,8 @@ export async function startChainPayout(
   const { wallet, amount } = req;
   const destination = req.destination ?? wallet.solanaAddress;
   if (!destination) throw billingErrors.destinationRequired(wallet.id);
-  // A machine client (a platform service) sends money only to the wallet's own address: a leaked service token
-  // must not be able to pay anyone else. The holder (and an admin) may name another destination.
-  if (req.actor?.kind === 'client' && destination !== wallet.solanaAddress) {
+  // Only the holder names another destination: an admin's or a service's token (leaked, or misused) pays no one else.
+  if (req.actor && destination !== wallet.solanaAddress && !mayNameDestination(req.actor, wallet)) {
     throw billingErrors.destinationNotAllowed(destination);
   }
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
