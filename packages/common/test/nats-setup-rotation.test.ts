@@ -1,6 +1,7 @@
 /**
  * Running the NATS set-up again (`writeNatsSetup`: `pnpm start`, compose's auth at each start, `pnpm nats-setup`)
- * issues every service a new user and revokes the one its creds file held: against a nats-server of the test's own in
+ * issues every service a new user, signed by the run's own signing key, and the account's JWT lists no earlier run's
+ * key, so the user its creds file held stops working without a revocation list that grows: against a nats-server of the test's own in
  * operator mode (Debian's), configured from the set-up's `server/accounts.conf`, a copy of a service's earlier creds
  * file is refused once the server loads the new accounts (a reload), its open connection is closed, and the service's
  * connection comes back with the file's new user, however often it is refused before its file is replaced.
@@ -17,10 +18,18 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { decode } from '@nats-io/jwt';
+import { decode, parseCreds } from '@nats-io/jwt';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectPublisher, fileCredentials, NatsPublisher, serviceInboxPrefix, writeNatsSetup } from '../src/index.ts';
+import {
+  connectPublisher,
+  fileCredentials,
+  NatsPublisher,
+  natsUserCreds,
+  parseNatsTrust,
+  serviceInboxPrefix,
+  writeNatsSetup,
+} from '../src/index.ts';
 import { firstStatus, freePort, type ServerProcess, spawnProcess, waitForTcp } from '../src/testing/index.ts';
 
 let dir: string;
@@ -63,9 +72,24 @@ async function acts(nc: NatsConnection): Promise<string> {
 
 const ACCOUNT_INFO = 'io.nats.jetstream.api.v1.account_info_response';
 
+/** A `users.json`'s record. */
+const recordIn = (file: string) =>
+  (existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : { revoked: {} }) as {
+    account: string;
+    signer?: string;
+    issued: Record<string, { key: string; at: number; signer?: string }>;
+    revoked: Record<string, number>;
+  };
+
 /** The users a `users.json` revokes. */
-const revokedIn = (file: string): Record<string, number> =>
-  existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')).revoked as Record<string, number>) : {};
+const revokedIn = (file: string): Record<string, number> => recordIn(file).revoked;
+
+/** The platform account's JWT claims as the server's configuration `accounts` (next to `users`) preloads them. */
+function accountJwtIn(users: string, accounts: string) {
+  const { account } = recordIn(users);
+  const jwt = new RegExp(`^  ${account}: "([^"]+)"$`, 'm').exec(readFileSync(accounts, 'utf8'))?.[1];
+  return decode<{ signing_keys: string[]; revocations?: Record<string, number> }>(jwt!).nats;
+}
 
 /** Replaces `file` with `from`'s content in one step, as the kubelet updates a mounted Secret. */
 function replaceWith(file: string, from: string) {
@@ -111,7 +135,7 @@ describe('the NATS set-up run again', () => {
     }
   });
 
-  it("revokes each service's earlier user: a kept copy is refused after a reload, the service comes back with the new one", async () => {
+  it("ends each service's earlier user: a kept copy is refused after a reload, the service comes back with the new one", async () => {
     const registryCreds = join(dir, 'creds', 'provider-registry.creds');
     const stolen = join(dir, 'stolen.creds');
     copyFileSync(registryCreds, stolen);
@@ -127,11 +151,18 @@ describe('the NATS set-up run again', () => {
       expect(await acts(thief)).toBe(ACCOUNT_INFO);
       const before = readFileSync(registryCreds, 'utf8');
 
-      const revokedBefore = Object.keys(revokedIn(join(dir, 'users.json'))).length;
+      const signerBefore = recordIn(join(dir, 'users.json')).signer;
       const again = await writeNatsSetup(dir);
       expect(readFileSync(registryCreds, 'utf8')).not.toBe(before);
-      const revoked = revokedIn(again.users);
-      expect(Object.keys(revoked)).toHaveLength(revokedBefore + 3);
+      // The run's own signing key signed the new users; the account lists it, and no longer the earlier run's.
+      const { signer } = recordIn(again.users);
+      expect(signer).toMatch(/^A[A-Z2-7]{55}$/);
+      expect(signer).not.toBe(signerBefore);
+      expect(accountJwtIn(again.users, again.accounts).signing_keys).toContain(signer);
+      expect(accountJwtIn(again.users, again.accounts).signing_keys).not.toContain(signerBefore);
+      expect(decode(readFileSync(registryCreds, 'utf8').split('\n')[1]!).iss).toBe(signer);
+      // Nothing is revoked one by one: the list that the account's JWT carries does not grow at each run.
+      expect(revokedIn(again.users)).toEqual({});
       // Until the server loads the new accounts, the earlier user still gets in (the running platform is undisturbed).
       const early = await connectOnce(stolen);
       await early.close();
@@ -146,46 +177,53 @@ describe('the NATS set-up run again', () => {
       // ...and the service, whose connection was the earlier user's too, reconnects with the file's new one.
       await back;
       expect(await acts(service)).toBe(ACCOUNT_INFO);
-      // A third run revokes the second user as well, and keeps the first revoked.
+      // A third run leaves the second run's key out as well, and still revokes no one by name.
       const third = await writeNatsSetup(dir);
-      const revokedThird = revokedIn(third.users);
-      expect(Object.keys(revokedThird)).toHaveLength(revokedBefore + 6);
-      expect(revokedThird).toMatchObject(revoked);
+      const keys = accountJwtIn(third.users, third.accounts).signing_keys;
+      expect(keys).not.toContain(signer);
+      expect(keys).toHaveLength(2);
+      expect(accountJwtIn(third.users, third.accounts).revocations).toBeUndefined();
     } finally {
       await thief.close().catch(() => {});
       await service.close();
     }
   });
 
-  it("revokes a user whose creds file is gone (the record of users issued), at no earlier than the user's own time", async () => {
+  it("revokes the users an earlier set-up signed with the trust's own key, those of its record and of creds files, once", async () => {
     const own = mkdtempSync(join(tmpdir(), 'nats-users-'));
     try {
       const first = await writeNatsSetup(own);
-      const issued = JSON.parse(readFileSync(first.users, 'utf8')).issued as Record<
-        string,
-        { key: string; at: number }
-      >;
-      const registry = issued['provider-registry']!;
-      // The file is lost, and another account's creds file (a set-up before a new trust) lies in the folder.
+      // A folder as a set-up before the run's keys left it: each service's user signed by the trust's signing key,
+      // recorded without a signer; one file lost since, one user in a file only (written before there was a record).
+      const trust = parseNatsTrust(readFileSync(first.trust, 'utf8'));
+      const legacy = async (name: string) => {
+        const text = await natsUserCreds(trust, name);
+        const { uc } = await parseCreds(new TextEncoder().encode(text));
+        writeFileSync(join(own, 'creds', `${name}.creds`), text);
+        return { key: uc.sub, at: uc.iat };
+      };
+      const issued = { storage: await legacy('storage'), 'provider-registry': await legacy('provider-registry') };
+      const fileOnly = await legacy('billing');
+      writeFileSync(first.users, JSON.stringify({ account: recordIn(first.users).account, issued, revoked: {} }));
       unlinkSync(first.creds['provider-registry']!);
+      // Another account's creds file (a set-up before a new trust) lies in the folder too.
       writeFileSync(join(own, 'creds', 'foreign.creds'), readFileSync(join(dir, 'creds', 'storage.creds')));
-      const foreignKey = (JSON.parse(readFileSync(join(dir, 'users.json'), 'utf8')).issued.storage as { key: string })
-        .key;
+      const foreignKey = recordIn(join(dir, 'users.json')).issued.storage!.key;
+
       const second = await writeNatsSetup(own);
       const revoked = revokedIn(second.users);
-      expect(revoked[registry.key]).toBeGreaterThanOrEqual(registry.at);
       expect(Object.keys(revoked).sort()).toEqual(
-        Object.values(issued)
-          .map((u) => u.key)
-          .sort(),
+        [issued.storage.key, issued['provider-registry'].key, fileOnly.key].sort(),
       );
+      expect(revoked[issued['provider-registry'].key]).toBeGreaterThanOrEqual(issued['provider-registry'].at);
       expect(revoked[foreignKey]).toBeUndefined();
       // The account's JWT in the server's configuration names them.
-      const account = JSON.parse(readFileSync(second.users, 'utf8')).account as string;
-      const jwt = new RegExp(`^  ${account}: "([^"]+)"$`, 'm').exec(readFileSync(second.accounts, 'utf8'))?.[1];
-      expect(decode<{ revocations?: Record<string, number> }>(jwt!).nats.revocations).toEqual(revoked);
+      expect(accountJwtIn(second.users, second.accounts).revocations).toEqual(revoked);
+      // A later run keeps them and adds no one: its predecessor's users go with their signing key.
+      const third = await writeNatsSetup(own);
+      expect(revokedIn(third.users)).toEqual(revoked);
       // A record that is not one stops the run, naming the file, rather than forget the users it revokes.
-      writeFileSync(second.users, '{"account": "x", "revoked": ');
+      writeFileSync(third.users, '{"account": "x", "revoked": ');
       await expect(writeNatsSetup(own)).rejects.toThrow(/users\.json: not JSON/);
     } finally {
       rmSync(own, { recursive: true, force: true });

@@ -38,6 +38,12 @@ export function createNatsTrust(): NatsTrust {
 
 const keyOf = (seed: string) => fromSeed(new TextEncoder().encode(seed));
 
+/** A new signing key for the platform account (its seed, secret, and its public key, which the account lists). */
+export function createNatsSigner(): { seed: string; key: string } {
+  const kp = createAccount();
+  return { seed: seedOf(kp), key: kp.getPublicKey() };
+}
+
 /** The public keys of a trust (what a server's configuration and users name). */
 export function natsPublicKeys(trust: NatsTrust) {
   return {
@@ -82,6 +88,11 @@ export type NatsRevocations = Record<string, number>;
 export interface NatsAccountOptions {
   /** Users the account no longer admits. */
   revocations?: NatsRevocations;
+  /**
+   * Signing keys (public) the account admits beside the trust's own (which signs daemons' users): the set-up's key of
+   * the day for the services' users. A key left out of a later JWT takes every user it signed with it.
+   */
+  signingKeys?: string[];
   /**
    * The operator's JWT as an earlier set-up wrote it, kept when the operator's key signed it: nats-server refuses to
    * reload a configuration whose operator JWT changed (a new one is made at each encoding), so the same one lets a
@@ -136,7 +147,11 @@ export async function natsOperatorSettings(
   const accountJwt = await encodeAccount(
     'PLATFORM',
     keyOf(trust.account),
-    { limits: UNLIMITED, signing_keys: [keys.signer], ...(Object.keys(revocations).length ? { revocations } : {}) },
+    {
+      limits: UNLIMITED,
+      signing_keys: [keys.signer, ...(opts.signingKeys ?? [])],
+      ...(Object.keys(revocations).length ? { revocations } : {}),
+    },
     { signer: operator },
   );
   return {

@@ -11,11 +11,14 @@
  *   docker-compose's volume that carries it, never hold a seed);
  * - `creds/<service>.creds`: a user of each platform service (`PLATFORM_NATS_USERS`), a new one at each run (a new
  *   key), so that a change of permissions takes effect at the services' next connection; secret; each service
- *   connects with its own inbox prefix (`serviceInboxPrefix`, which its user alone may read);
- * - `users.json`: the users those files were given, and every earlier one, revoked (public keys and times only): the
- *   account's JWT names the revoked, so a server that loads it (a reload, a restart) refuses a copy of an earlier
- *   creds file and closes its connections. A service reads its file again at each reconnection, so it comes back with
- *   the new user. The list only grows (service users do not expire), by one entry a service a run.
+ *   connects with its own inbox prefix (`serviceInboxPrefix`, which its user alone may read). Each run signs them
+ *   with a signing key of its own, made for the run and not kept: the account's JWT lists that key (beside the
+ *   trust's, which signs daemons' users) and no earlier run's, so a server that loads it (a reload, a restart)
+ *   refuses a copy of an earlier creds file and closes its connections, with no list that grows at every run. A
+ *   service reads its file again at each reconnection, so it comes back with the new user.
+ * - `users.json`: the users those files were given and the run's signing key (public keys and times only), and the
+ *   users revoked one by one: those the trust's own key signed (set-ups before the run's key), which no run issues
+ *   any more, so the list no longer grows.
  * - `server/nats-values.yaml`: the same operator part as values of the official NATS Helm chart (`config.merge`).
  *
  * The creds are in a folder of their own too (a service is given its own file, never the seeds).
@@ -25,6 +28,7 @@ import { join } from 'node:path';
 import { parseCreds } from '@nats-io/jwt';
 import { createFileOnce, replaceFile } from '../files.ts';
 import {
+  createNatsSigner,
   createNatsTrust,
   type NatsPermissions,
   type NatsRevocations,
@@ -135,16 +139,27 @@ export interface NatsSetup {
   users: string;
 }
 
+/** A service user as issued: its key, when (the JWT's `iat`), and the signing key that signed it (absent: the trust's). */
+interface IssuedUser {
+  key: string;
+  at: number;
+  signer?: string;
+}
+
 /** `users.json`: the account's service users, the current ones by name and the earlier ones revoked (public keys). */
 interface UsersRecord {
   /** The platform account's public key (a record of another account, before a new trust, is started over). */
   account: string;
-  /** The user each service's creds file was given, and when (the JWT's `iat`). */
-  issued: Record<string, { key: string; at: number }>;
+  /** The user each service's creds file was given. */
+  issued: Record<string, IssuedUser>;
+  /** The signing key of the run that issued them (public), which the account's JWT lists; absent before there was one. */
+  signer?: string;
+  /** Users revoked one by one: those the trust's own signing key signed. */
   revoked: NatsRevocations;
 }
 
 const isUserKey = (key: string) => /^U[A-Z2-7]{55}$/.test(key);
+const isAccountKey = (key: string) => /^A[A-Z2-7]{55}$/.test(key);
 
 /** `users.json` of the account `account` (empty when there is none yet, or when it is another account's). */
 function readUsers(file: string, account: string): UsersRecord {
@@ -165,19 +180,22 @@ function readUsers(file: string, account: string): UsersRecord {
     if (!isUserKey(key) || !Number.isInteger(at)) throw bad(`revoked ${key}: not a user key and a time`);
   }
   for (const [name, user] of Object.entries(issued)) {
-    const u = user as { key?: unknown; at?: unknown };
+    const u = user as { key?: unknown; at?: unknown; signer?: unknown };
     if (!isMap(user) || typeof u.key !== 'string' || !isUserKey(u.key) || !Number.isInteger(u.at)) {
       throw bad(`issued ${name}: not a user key and a time`);
+    }
+    if (u.signer !== undefined && (typeof u.signer !== 'string' || !isAccountKey(u.signer))) {
+      throw bad(`issued ${name}: its signer is not an account key`);
     }
   }
   return json as UsersRecord;
 }
 
-/** The user a creds file holds when the account `account` issued it (its key and its JWT's `iat`), else undefined. */
-async function credsUser(file: string, account: string): Promise<{ key: string; at: number } | undefined> {
+/** The user a creds file holds when the account `account` issued it, else undefined. */
+async function credsUser(file: string, account: string): Promise<IssuedUser | undefined> {
   try {
     const { uc } = await parseCreds(readFileSync(file));
-    return uc.nats.issuer_account === account ? { key: uc.sub, at: uc.iat } : undefined;
+    return uc.nats.issuer_account === account ? { key: uc.sub, at: uc.iat, signer: uc.iss } : undefined;
   } catch {
     return undefined;
   }
@@ -185,9 +203,11 @@ async function credsUser(file: string, account: string): Promise<{ key: string; 
 
 /**
  * Writes (or completes) the set-up in `dir`: the trust made at the first run and reused after, the rest from it. Each
- * run issues each user in `users` (default `PLATFORM_NATS_USERS`) anew and revokes every user issued before: those
- * `users.json` names and any the account issued that a creds file in `creds/` holds (a folder written before there
- * was a record). Runs on one folder are one at a time (each reads and rewrites `users.json`).
+ * run issues each user in `users` (default `PLATFORM_NATS_USERS`) anew, signed by a new signing key of the run's, and
+ * every user issued before stops working: those of an earlier run's key with the key, which the account no longer
+ * lists; those the trust's own key signed (`users.json` names them, or a creds file in `creds/` holds them: set-ups
+ * from before the run's keys) by revocation. Runs on one folder are one at a time (each reads and rewrites
+ * `users.json`).
  */
 export async function writeNatsSetup(
   dir: string,
@@ -207,7 +227,10 @@ export async function writeNatsSetup(
   // Revoked as of now, or of the JWT's own time where that is later (a clock behind the one that issued it): the
   // server refuses a key's JWTs issued at or before the time. A key is never issued again, so a later time is safe.
   const now = Math.floor(Date.now() / 1000);
-  const revoke = ({ key, at }: { key: string; at: number }) => {
+  // Only a user the trust's own key signed needs revoking: an earlier run's key leaves the account's JWT below.
+  const trustSigner = natsPublicKeys(trust).signer;
+  const revoke = ({ key, at, signer }: IssuedUser) => {
+    if (signer !== undefined && signer !== trustSigner) return;
     record.revoked[key] = Math.max(now, at, record.revoked[key] ?? 0);
   };
   for (const user of Object.values(record.issued)) revoke(user);
@@ -215,16 +238,20 @@ export async function writeNatsSetup(
     const held = await credsUser(join(credsDir, file), account);
     if (held) revoke(held);
   }
-  // The new users are recorded before their files are written: a run cut short in between has them revoked by the
-  // next one, whichever files it finds.
+  // The run's signing key: its seed signs this run's users and is then forgotten (no later user needs it).
+  const signer = createNatsSigner();
+  const runIssuer = { account: trust.account, signer: signer.seed };
+  // The new users are recorded before their files are written: a run cut short in between leaves files that the next
+  // run's JWT, without this run's key, no longer admits, whichever files it finds.
   const fresh = await Promise.all(
     Object.entries(users).map(async ([name, permissions]) => {
-      const text = await natsUserCreds(trust, name, { permissions });
+      const text = await natsUserCreds(runIssuer, name, { permissions });
       const { uc } = await parseCreds(new TextEncoder().encode(text));
       return { name, text, key: uc.sub, at: uc.iat };
     }),
   );
-  record.issued = Object.fromEntries(fresh.map(({ name, key, at }) => [name, { key, at }]));
+  record.issued = Object.fromEntries(fresh.map(({ name, key, at }) => [name, { key, at, signer: signer.key }]));
+  record.signer = signer.key;
   replaceFile(usersFile, `${JSON.stringify(record, null, 2)}\n`, 0o644);
   const creds: Record<string, string> = {};
   for (const { name, text } of fresh) {
@@ -237,7 +264,7 @@ export async function writeNatsSetup(
   const operatorJwt = existsSync(accounts)
     ? /^operator: "([^"]+)"$/m.exec(readFileSync(accounts, 'utf8'))?.[1]
     : undefined;
-  const settings = { revocations, operatorJwt };
+  const settings = { revocations, operatorJwt, signingKeys: [signer.key] };
   replaceFile(accounts, await natsServerConfig(trust, settings), 0o644);
   const helmValues = join(dir, 'server', 'nats-values.yaml');
   const values = { config: { merge: await natsOperatorSettings(trust, settings) } };
