@@ -512,7 +512,9 @@ export async function livenessPages(db: Kysely<RegistryDB>): Promise<number> {
 /**
  * Stores `offline` for up to `batch` providers stored in a state of `AUTO_OFFLINE_FROM` and silent past the bound,
  * oldest first (`isSilent`: a read of the narrow rows, whose clock is in no index, at most `batch` candidates, then
- * joined to their provider rows by key), and returns them. `pages` limits the read to a range of the narrow table's
+ * their provider rows looked up by key: the keys as one array, which PostgreSQL reads through the primary key
+ * whatever it estimates of the candidates, where a join on the candidates planned for `batch` of them hashed the
+ * whole providers table, twice, on a fleet of tens of thousands), and returns them. `pages` limits the read to a range of the narrow table's
  * pages (a TID range scan), so that a periodic sweep can read the table a slice at a time. The narrow row and the
  * provider row are locked with SKIP LOCKED (the sweep never waits, so its lock order cannot deadlock) and re-checked
  * after locking, so with several instances sweeping at once each provider is returned (and its event recorded) by
@@ -542,11 +544,12 @@ export async function sweepOffline(
     stale AS (
       SELECT c.provider_id AS id, c.status, c.last_seen_at
       FROM candidates c JOIN providers p ON p.id = c.provider_id
+      WHERE p.id = ANY ((SELECT array_agg(provider_id) FROM candidates)::uuid[])
       ORDER BY c.last_seen_at
       FOR UPDATE OF p SKIP LOCKED
     )
     UPDATE providers p SET status = 'offline'
-    FROM stale WHERE p.id = stale.id
+    FROM stale WHERE p.id = stale.id AND p.id = ANY ((SELECT array_agg(id) FROM stale)::uuid[])
     RETURNING p.id, p.owner_id, p.daemon_client_id, stale.status AS previous_status, p.status, stale.last_seen_at`,
     recording,
   ).execute(db);
