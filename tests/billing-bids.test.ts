@@ -95,8 +95,8 @@ async function renter(funds = '1000'): Promise<Renter> {
   return { userId: user.id, walletId: wallet.json().id, headers };
 }
 
-/** Starts a rental of `count` H100s on `machineId` at `bid` (null: on demand). */
-function start(r: Renter, machineId: string, count: number, bid: string | null, extra: Headers = {}) {
+/** Starts a rental of `count` H100s on `machineId` at `bid` (null: on demand); `body` adds to the request's. */
+function start(r: Renter, machineId: string, count: number, bid: string | null, extra: Headers = {}, body = {}) {
   return call(
     'POST',
     '/billing/start-session',
@@ -109,6 +109,7 @@ function start(r: Renter, machineId: string, count: number, bid: string | null, 
       gpu_count: count,
       accepted_hourly_rate: '1000',
       ...(bid === null ? {} : { bid }),
+      ...body,
     },
   );
 }
@@ -259,6 +260,29 @@ describe('interruptible leases at a bid', () => {
     expect(none.statusCode, none.body).toBe(409);
     expect((await sessionRow(rich.json().session.id)).status).toBe('active');
     expect((await sessionRow(sf.json().session.id)).status).toBe('active');
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('bills a start that takes GPUs back from its start: ending it before its workload runs leaves no eviction free', async () => {
+    const [victim, taker] = await Promise.all([renter(), renter()]);
+    const workload = { workload: { command: ['true'], max_runtime_seconds: 600 } };
+    const m = await machine('0.5');
+    expect((await start(victim, m, 8, '1')).statusCode).toBe(201);
+    const taking = await start(taker, m, 8, null, {}, workload);
+    expect(taking.statusCode, taking.body).toBe(201);
+    const taken = taking.json().session;
+    // Its clock started with it, not with its workload's `running`.
+    expect(taken.billed_from).toBe(taken.started_at);
+    const ended = await call('POST', '/billing/end-session', taker.headers, { session_id: taken.id });
+    expect(ended.statusCode, ended.body).toBe(200);
+    expect(ended.json().billing_record).toMatchObject({ billed_minutes: 1 });
+    expect(Number(ended.json().billing_record.total_cost)).toBeGreaterThan(0);
+    // A workload session that takes nothing back still pays from its workload's running: ended before, nothing.
+    const free = await start(taker, await machine(null), 8, null, {}, workload);
+    expect(free.statusCode, free.body).toBe(201);
+    expect(free.json().session.billed_from).toBeNull();
+    const freeEnd = await call('POST', '/billing/end-session', taker.headers, { session_id: free.json().session.id });
+    expect(freeEnd.json().billing_record).toMatchObject({ billed_minutes: 0, total_cost: '0.000000' });
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 

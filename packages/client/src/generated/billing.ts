@@ -1753,7 +1753,7 @@ export interface components {
             actual_power_w: string | null;
             /** @description an interruptible session's bid per GPU-hour (a higher bid or an on-demand start may take its GPUs back); null: on demand; absent in events recorded before bids existed */
             bid?: string | null;
-            /** @description when billing's clock started: `started_at`, or for a workload session when its workload was reported running (null until then: nothing is billed before) */
+            /** @description when billing's clock started: `started_at`, or for a workload session when its workload was reported running (null until then: nothing is billed before), unless the session took GPUs back from interruptible sessions (then `started_at`) */
             billed_from?: string | null;
             /** Format: int64 */
             billed_minutes: number;

@@ -105,7 +105,8 @@ export const sessionSchema = z
       .optional()
       .describe(
         "when billing's clock started: `started_at`, or for a workload session when its workload was reported " +
-          'running (null until then: nothing is billed before)',
+          'running (null until then: nothing is billed before), unless the session took GPUs back from ' +
+          'interruptible sessions (then `started_at`)',
       ),
     bid: z
       .string()

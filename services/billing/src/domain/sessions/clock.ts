@@ -3,7 +3,8 @@
  *
  * - **Billed from** (`billedFrom`): a session without a workload is billed from its start; one with a workload from
  *   when the workload was reported running (`startClock`), never before the session started or the workload's
- *   preparation was reported, nor more than `billing.max_clock_skew` before billing's own clock, nor after it.
+ *   preparation was reported, nor more than `billing.max_clock_skew` before billing's own clock, nor after it; one
+ *   that took GPUs back from interruptible sessions from its start, whatever it runs (sessions/start.ts).
  * - **The cap's deadline** (`cap_ends_at`): when the spend cap at the frozen rate is used up, counted from when
  *   billing starts (the start, or the workload's `running`).
  * - **Grace** (`graceDeadline`): how long a session that funds no longer cover runs on before it is ended.
@@ -67,7 +68,8 @@ export const graceOver = (s: { status: string; graceUntil: Date | null }, now: D
 
 /**
  * Starts billing's clock for a workload session whose workload was reported running at `reportedAt` (its row locked
- * by the caller), and counts a capped session's deadline from then: the session as written, and the time kept.
+ * by the caller), and counts a capped session's deadline from then: the session as written, and the time kept (a
+ * session whose clock started with it keeps its clock; the time is then only the workload's).
  * `preparedAt`: when its preparation was reported (the clock never starts before it: preparing is not billed).
  */
 export async function startClock(
@@ -81,6 +83,8 @@ export async function startClock(
   const started = new Date(session.started_at).getTime();
   const prepared = preparedAt ? new Date(preparedAt).getTime() : started;
   const at = clamp(reportedAt.getTime(), Math.max(started, prepared, now - ctx.sessions.maxClockSkewMs), now);
+  // A clock that started with the session (it took GPUs back) stays where it is; the workload runs from `at`.
+  if (session.billed_from) return { session, at };
   const cap = session.spend_cap === null ? null : new Dec(session.spend_cap);
   // At its rates by minute: a bid changed before the clock started already has them.
   const capEndsAt = cap ? new Date(at.getTime() + msPaidForSession(session, cap)) : null;

@@ -210,6 +210,9 @@ export async function startSession(
     if (available.lt(minimum)) throw billingErrors.belowMinimumBalance(wallet.id, fmt(available), fmt(minimum));
     if (available.lt(initial)) throw billingErrors.insufficientFunds(wallet.id, fmt(available), fmt(initial));
     const hold = await createHold(trx, wallet.id, initial, `session:${id}`, { now, accountIds: ctx.state.accountIds });
+    // Taking GPUs back ends someone else's work: a session that did is billed from its start, its workload's
+    // preparation included, so that ending it before its workload runs does not make an eviction free.
+    const billedFromStart = preempted.length > 0;
     const lockTxId = await lockRecordIdOfHold(trx, hold.id);
     const session = await insertSession(trx, {
       id,
@@ -246,10 +249,11 @@ export async function startSession(
       ended_at: null,
       end_reason: null,
       spend_cap: input.spendCap?.toFixed() ?? null,
-      // A workload session's cap counts from when its workload runs (workloads/reports.ts).
-      cap_ends_at: input.workload ? null : capDeadline(input.spendCap, rates.totalHourlyRate, now),
+      // A workload session's cap counts from when its workload runs (workloads/reports.ts), unless its clock starts
+      // now: one that took GPUs back is billed from its start (`billedFromStart`).
+      cap_ends_at: input.workload && !billedFromStart ? null : capDeadline(input.spendCap, rates.totalHourlyRate, now),
       workload: input.workload !== undefined,
-      billed_from: null,
+      billed_from: billedFromStart ? now : null,
       low_balance_at: null,
       // The trace the daemon's reports on the session continue (tracing on: the start-session request's).
       trace_context: traceContextColumn(),
