@@ -75,8 +75,16 @@ function unfitDestinations(): [what: string, address: string, reason: string][] 
 }
 
 const treasuryBalance = () => chain.tokenBalance(treasury.publicKey.toBase58());
-const post = (url: string, payload: object) => h.app.inject({ method: 'POST', url, payload });
-const put = (url: string, payload: object) => h.app.inject({ method: 'PUT', url, payload });
+const post = (url: string, payload: object, headers?: Record<string, string>) =>
+  h.app.inject({ method: 'POST', url, payload, ...(headers ? { headers } : {}) });
+const put = (url: string, payload: object, headers?: Record<string, string>) =>
+  h.app.inject({ method: 'PUT', url, payload, ...(headers ? { headers } : {}) });
+
+/** A provider wallet holding `funds`, and its holder's headers (only the holder names a destination of its own). */
+async function providerWallet(funds: string) {
+  const owner = await h.issuer.user(['provider']);
+  return { provider: await h.fundedWallet(funds, 'provider', undefined, { holderId: owner.id }), owner: owner.headers };
+}
 const transactionsOf = (walletId: string) =>
   h.db.selectFrom('transactions').select(['type', 'status']).where('wallet_id', '=', walletId).execute();
 
@@ -91,9 +99,10 @@ async function expectNothingMoved(walletId: string, available: string, treasuryB
 describe('destinations the platform controls', () => {
   it('refuses a withdrawal to each of them with 400 INVALID_DESTINATION, debiting and sending nothing', async () => {
     const w = await h.fundedWallet('50', 'user');
+    const holder = await h.holderHeaders(w);
     const before = await treasuryBalance();
     for (const [what, destination, reason] of unfitDestinations()) {
-      const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '5', destination });
+      const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '5', destination }, holder);
       expect(res.statusCode, `${what}: ${res.body}`).toBe(400);
       expect(res.headers['content-type']).toContain('application/problem+json');
       expect(res.json(), what).toMatchObject({ code: 'INVALID_DESTINATION', reason });
@@ -115,18 +124,19 @@ describe('destinations the platform controls', () => {
   });
 
   it('refuses a provider payout to each of them, and the automatic payout setting too', async () => {
-    const provider = await h.fundedWallet('40', 'provider');
+    const { provider, owner } = await providerWallet('40');
     const before = await treasuryBalance();
     for (const [what, destination, reason] of unfitDestinations()) {
-      const paid = await post(`/api/v1/provider/${provider.ownerId}/payout`, { amount: '10', destination });
+      const paid = await post(`/api/v1/provider/${provider.ownerId}/payout`, { amount: '10', destination }, owner);
       expect(paid.statusCode, `${what}: ${paid.body}`).toBe(400);
       expect(paid.json(), what).toMatchObject({ code: 'INVALID_DESTINATION', reason });
-      const whole = await post(`/api/v1/provider/${provider.ownerId}/payout`, { destination });
+      const whole = await post(`/api/v1/provider/${provider.ownerId}/payout`, { destination }, owner);
       expect(whole.statusCode, what).toBe(400);
-      const setting = await put(`/api/v1/provider/${provider.ownerId}/payout-settings`, {
-        auto_payout: true,
-        destination,
-      });
+      const setting = await put(
+        `/api/v1/provider/${provider.ownerId}/payout-settings`,
+        { auto_payout: true, destination },
+        owner,
+      );
       expect(setting.statusCode, `${what}: ${setting.body}`).toBe(400);
       expect(setting.json(), what).toMatchObject({ code: 'INVALID_DESTINATION', reason });
     }
@@ -139,7 +149,7 @@ describe('destinations the platform controls', () => {
   });
 
   it('never pays an automatic payout saved earlier to the treasury: refused at pay time, backed off, reason kept', async () => {
-    const provider = await h.fundedWallet('25', 'provider');
+    const { provider, owner: ownerHeaders } = await providerWallet('25');
     // A setting saved before destinations were checked.
     await h.db
       .updateTable('wallets')
@@ -161,10 +171,11 @@ describe('destinations the platform controls', () => {
     await expectNothingMoved(provider.id, '25.000000', before);
     // Saving a good setting clears the failure and pays.
     const owner = Keypair.generate().publicKey.toBase58();
-    const fixed = await put(`/api/v1/provider/${provider.ownerId}/payout-settings`, {
-      auto_payout: true,
-      destination: owner,
-    });
+    const fixed = await put(
+      `/api/v1/provider/${provider.ownerId}/payout-settings`,
+      { auto_payout: true, destination: owner },
+      ownerHeaders,
+    );
     expect(fixed.json()).toMatchObject({ destination: owner, last_failure: null, next_attempt_at: null });
     await settleAutoPayouts(h.ctx); // saving it pays what is due at once
     expect(await chain.tokenBalance(owner)).toBe('25');
@@ -199,7 +210,11 @@ describe('destinations the platform controls', () => {
       TOKEN_PROGRAM_ID,
     );
     const w = await h.fundedWallet('10', 'user');
-    const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '3', destination: vault.toBase58() });
+    const res = await post(
+      `/api/v1/wallet/${w.id}/withdraw`,
+      { amount: '3', destination: vault.toBase58() },
+      await h.holderHeaders(w),
+    );
     expect(res.statusCode, res.body).toBe(200);
     expect(await chain.tokenBalance(vault.toBase58())).toBe('3');
   });

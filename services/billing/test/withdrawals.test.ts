@@ -56,7 +56,12 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
     expect(await h.balanceOf(w.id)).toMatchObject({ available: '17.654322', pending: '0.000000', total: '17.654322' });
 
     const other = fresh();
-    const toOther = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination: other });
+    // Another address than the wallet's: its holder names it.
+    const toOther = await post(
+      `/api/v1/wallet/${w.id}/withdraw`,
+      { amount: '1', destination: other },
+      await h.holderHeaders(w),
+    );
     expect(toOther.statusCode).toBe(200);
     expect(await L.chain.tokenBalance(other)).toBe('1');
     const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
@@ -97,7 +102,11 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       // No more than the fee, to an address without an account: refused, nothing debited, sent or recorded.
       const other = fresh();
       for (const amount of ['0.5', '0.2']) {
-        const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount, destination: other });
+        const res = await post(
+          `/api/v1/wallet/${w.id}/withdraw`,
+          { amount, destination: other },
+          await h.holderHeaders(w),
+        );
         expect(res.statusCode, res.body).toBe(400);
         expect(res.json()).toMatchObject({ code: 'INVALID_TRANSFER' });
         expect(res.json().detail).toMatch(/no token account/);
@@ -181,15 +190,20 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       [L.mint.toBase58(), 'platform_address'], // the platform's own mint (platform-destinations.test.ts)
       [getAssociatedTokenAddressSync(L.mint, holder.publicKey).toBase58(), 'token_account'],
     ];
+    const asHolder = await h.holderHeaders(w);
     for (const [destination, reason] of unfit) {
-      const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination });
+      const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination }, asHolder);
       expect(res.statusCode, destination).toBe(400);
       expect(res.json()).toMatchObject({ code: 'INVALID_DESTINATION', reason });
       expect(res.json().errors[0].path).toBe('body.destination');
     }
     // Nothing left the wallet; the holder of that token account is paid at its owner address.
     expect(await h.balanceOf(w.id)).toMatchObject({ available: '10.000000', pending: '0.000000' });
-    const ok = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1', destination: holder.publicKey.toBase58() });
+    const ok = await post(
+      `/api/v1/wallet/${w.id}/withdraw`,
+      { amount: '1', destination: holder.publicKey.toBase58() },
+      asHolder,
+    );
     expect(ok.statusCode, ok.body).toBe(200);
     expect(await L.chain.tokenBalance(holder.publicKey.toBase58())).toBe('2');
   });

@@ -133,6 +133,15 @@ export async function setupBilling(opts: SetupOptions = {}) {
     return proof.json();
   }
 
+  /**
+   * The headers of the wallet's holder (a provider for a provider wallet, else a renter): the one caller that may send
+   * its money elsewhere than the wallet's own address. A wallet without a holder has none.
+   */
+  async function holderHeaders(wallet: { holderId: string | null; ownerType: string }) {
+    if (!wallet.holderId) throw new Error('the wallet has no holder: make it with one');
+    return (await issuer.user([wallet.ownerType === 'provider' ? 'provider' : 'renter'], wallet.holderId)).headers;
+  }
+
   async function balanceOf(walletId: string) {
     const res = await app.inject({ method: 'GET', url: `/api/v1/wallet/${walletId}/balance` });
     return res.json() as { total: string; available: string; locked: string; pending: string };
@@ -148,6 +157,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
     fundedWallet,
     credit,
     proveAddress,
+    holderHeaders,
     balanceOf,
     assertLedgerConsistent,
     async close() {
