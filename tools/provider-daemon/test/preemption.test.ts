@@ -5,9 +5,12 @@
  * (`billing.preemption_grace`, not the machine's shorter `stop_grace`) and not before, and starts the winner's
  * workload on those GPUs only once it is gone. A link the workload planted where the notice goes is replaced, never
  * written through. A workload still preparing when its session is taken back never starts: the winner neither waits
- * for it nor runs beside it.
+ * for it nor runs beside it. When billing cannot say whether an ended session was preempted, its workload still gets
+ * the default notice's length before SIGKILL.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
@@ -142,6 +145,74 @@ describe('a preempted workload', () => {
     } finally {
       open();
       await runner.stop();
+    }
+  });
+
+  it('gives an ended workload at least the default notice when billing cannot say whether it was preempted', {
+    timeout: 90_000,
+  }, async () => {
+    const m = await rig.machine();
+    await rig.takeBids(m.providerId, '0.5');
+    // Billing through a relay that, once told, fails the ended session's workload read (its notice) with a 503.
+    let failFor: string | null = null;
+    const relay = createServer(async (req, res) => {
+      if (req.method === 'GET' && failFor && req.url === `/api/v1/billing/sessions/${failFor}/workload`) {
+        res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"status":503}');
+        return;
+      }
+      const chunks: Buffer[] = [];
+      for await (const chunk of req) chunks.push(chunk as Buffer);
+      const headers = Object.fromEntries(
+        Object.entries(req.headers).flatMap(([k, v]) => (typeof v === 'string' && k !== 'host' ? [[k, v]] : [])),
+      );
+      const answer = await fetch(`${m.deps.config.billing_url}${req.url}`, {
+        method: req.method,
+        headers,
+        ...(chunks.length ? { body: Buffer.concat(chunks) } : {}),
+      });
+      res.writeHead(answer.status, Object.fromEntries(answer.headers)).end(Buffer.from(await answer.arrayBuffer()));
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    const { port } = relay.address() as AddressInfo;
+    const runner = new WorkloadRunner({
+      ...m.deps,
+      config: { ...m.deps.config, billing_url: `http://127.0.0.1:${port}` },
+    });
+    const script = [
+      'trap \'echo "term $(date +%s%3N)"; echo "notice $(cat /work/.gpu-notice.json 2>/dev/null || echo none)"\' TERM',
+      'while true; do echo "tick $(date +%s%3N)"; sleep 0.2; done',
+    ].join('\n');
+    const low = await rig.renter();
+    const bid = await rig.start(m.providerId, 8, { command: ['bash', '-c', script], max_runtime_seconds: 3600 }, low, {
+      bid: '1',
+    });
+    expect(bid.statusCode, bid.body).toBe(201);
+    const bidId = bid.json().session.id as string;
+    runner.run();
+    try {
+      await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'running',
+      );
+      failFor = bidId;
+      await rig.rent(m.providerId, 8, { command: ['true'], max_runtime_seconds: 60 });
+      const gone = await until(
+        () => rig.workloadOf(low.headers, bidId),
+        (w) => w.state === 'stopped',
+        75_000,
+      );
+      expect(gone).toMatchObject({ state: 'stopped', reason: 'session_ended' });
+      const out = readFileSync(join(m.runDir, bidId, 'logs', 'stdout.log'), 'utf8');
+      const term = Number(/^term (\d+)$/m.exec(out)?.[1]);
+      const ticks = [...out.matchAll(/^tick (\d+)$/gm)].map((t) => Number(t[1]));
+      // SIGTERM, then 30 s (billing.preemption_grace's default) before SIGKILL, not the machine's 500 ms stop_grace;
+      // no notice file, since billing said none.
+      expect(term).toBeGreaterThan(0);
+      expect(Math.max(...ticks) - term).toBeGreaterThan(29_000);
+      expect(/^notice (.*)$/m.exec(out)?.[1]).toBe('none');
+    } finally {
+      await runner.stop();
+      relay.close();
     }
   });
 });

@@ -133,6 +133,12 @@ interface Running {
 const PAID_REFRESH_MS = 30_000;
 /** How long the runner waits for billing to say whether an ended session was preempted (its notice). */
 const NOTICE_ASK_MS = 2_000;
+/**
+ * The grace an ended session's workload gets when billing cannot say whether it was preempted: the default of
+ * `billing.preemption_grace`, so that a preempted workload is never cut shorter than that by this machine's
+ * `stop_grace`.
+ */
+const UNSAID_NOTICE_MS = 30_000;
 
 /**
  * Writes the notice into the workload's work directory (`NOTICE_FILE`, /work inside), which its user owns: under a
@@ -419,18 +425,21 @@ export class WorkloadRunner {
   /**
    * Stops the workload of a session billing ended. A preempted one gets its notice first: the file inside it (its
    * deadline), then SIGTERM, and SIGKILL once the grace billing set (`billing.preemption_grace`) has passed since,
-   * whatever this machine's `stop_grace`. Asked of billing once per session (2 s at most); when billing cannot say,
-   * the plain stop.
+   * whatever this machine's `stop_grace`. Asked of billing once per session (2 s at most); when billing cannot say
+   * (no answer, or an error), the workload may have been preempted: it gets SIGTERM and at least the default notice's
+   * length (`UNSAID_NOTICE_MS`) before SIGKILL, never less than the platform promises, but no file.
    */
   private async stopEnded(id: string, r: Running): Promise<void> {
     if (this.ending.has(id)) return;
     this.ending.add(id);
-    let graceMs: number | undefined;
+    let graceMs: number | undefined = Math.max(durationMs(this.settings.stop_grace), UNSAID_NOTICE_MS);
     try {
       const result = await this.billing.GET('/api/v1/billing/sessions/{sessionID}/workload', {
         params: { path: { sessionID: id } },
         signal: AbortSignal.timeout(NOTICE_ASK_MS),
       });
+      // Billing said: a notice, or none (the plain stop, at this machine's `stop_grace`).
+      if (result.response.ok) graceMs = undefined;
       const notice = result.data?.notice;
       if (notice) {
         // The grace's length, from now: a clock of the machine's that differs from billing's neither cuts it short
