@@ -13,7 +13,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connectPublisher, createLogger, type NatsPublisher, NoopPublisher } from '@gpu/common';
@@ -179,7 +179,7 @@ describe("a job's terms", () => {
     { timeout: 90_000 },
     async () => {
       const region = newRegion();
-      await machinesIn(region, 2);
+      const machines = await machinesIn(region, 2);
       const renter = await rig.renter();
       // The first attempt writes its state at the very end and fails; the second finds it, or fails the same way.
       // Nothing periodic (an hour apart): only the final checkpoint, kept after the end was reported, carries it.
@@ -214,7 +214,30 @@ describe("a job's terms", () => {
           checkpoint: { interval_seconds: 3600 },
         },
       });
-      const failed = await until(() => jobs.job(renter, none.json().id), ended, 60_000);
+      const failed = await until(() => jobs.job(renter, none.json().id), ended, 60_000).catch(async (err) => {
+        // Where the daemon's word stopped: billing's rows of the job and of its attempt's workload, and the daemon's
+        // record of the session's files (gone once it is done with them).
+        const job = await rig.billing.db
+          .selectFrom('jobs')
+          .selectAll()
+          .where('id', '=', none.json().id)
+          .executeTakeFirst();
+        const workload = job?.session_id
+          ? await rig.billing.db
+              .selectFrom('session_workloads')
+              .select(['state', 'ended_at', 'final_checkpoint_at', 'updated_at'])
+              .where('session_id', '=', job.session_id)
+              .executeTakeFirst()
+          : undefined;
+        const records = machines.map((m) => {
+          try {
+            return readFileSync(join(m.runDir, job?.session_id ?? '-', 'keep.json'), 'utf8');
+          } catch (e) {
+            return String((e as Error).message);
+          }
+        });
+        throw new Error(`${(err as Error).message}\n${JSON.stringify({ job, workload, records })}`);
+      });
       expect(failed, JSON.stringify(failed)).toMatchObject({
         state: 'failed',
         reason: 'workload_exited: the workload exited with 3; attempts_exhausted: 2 used',

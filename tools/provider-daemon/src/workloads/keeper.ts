@@ -198,8 +198,11 @@ export class FileKeeper {
         await kept.files.shipLogs(true);
         const disk = await reopenDisk(kept.dir);
         await kept.files.uploadOutputs(disk ? path.join(disk.workDir, 'output') : null, kept.record.max_path_bytes);
-        // After its outputs, which a checkpoint the store cannot take yet never holds up.
+        // After its outputs, which a checkpoint the store cannot take yet never holds up. No disk left: none comes.
         if (disk) await this.keepFinalCheckpoint(sessionId, kept, disk.workDir);
+        else if (kept.record.checkpoint_max_bytes && !kept.record.checkpoint_done) {
+          await this.noFinalCheckpoint(sessionId, kept);
+        }
       }
       this.sessions.delete(sessionId);
       await removeAllButLogs(kept.dir, this.logger);
@@ -215,6 +218,10 @@ export class FileKeeper {
           : 'uploading the workload files failed; trying again at the next poll',
       );
       if (final) {
+        // Its final checkpoint will not come either: said, so that its job is not kept waiting for it.
+        if (kept.record.checkpoint_max_bytes && !kept.record.checkpoint_done) {
+          await this.noFinalCheckpoint(sessionId, kept).catch(() => {});
+        }
         this.sessions.delete(sessionId);
         await removeAllButLogs(kept.dir, this.logger);
         this.finish(kept);
@@ -225,7 +232,7 @@ export class FileKeeper {
   }
 
   /**
-   * Tells billing that no final checkpoint will come. A billing out of reach (no answer, 5xx, 429) is told again at the
+   * Tells billing that no final checkpoint will come. A billing out of reach (no answer, 5xx, 429, 401) is told again at the
    * next poll (thrown: the job waits for this word, `jobs.final_checkpoint_wait` at worst); one that refuses it (another
    * 4xx) would refuse it again, and waits out its own bound.
    */
@@ -233,7 +240,8 @@ export class FileKeeper {
     try {
       await kept.files?.noFinalCheckpoint();
     } catch (err) {
-      if (!(err instanceof ApiError) || err.status >= 500 || err.status === 429) throw err;
+      // Out of reach, busy, or the daemon's own token refused (a new one is fetched): said again at the next poll.
+      if (!(err instanceof ApiError) || err.status >= 500 || err.status === 429 || err.status === 401) throw err;
       this.logger.warn({ err, session_id: sessionId }, 'billing refused to be told that no final checkpoint comes');
     }
   }
