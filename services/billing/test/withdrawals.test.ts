@@ -101,12 +101,9 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       expect(after.chain_outgoing.minus(before.chain_outgoing).toFixed()).toBe('12.5');
       // No more than the fee, to an address without an account: refused, nothing debited, sent or recorded.
       const other = fresh();
+      const asHolder = await h.holderHeaders(w);
       for (const amount of ['0.5', '0.2']) {
-        const res = await post(
-          `/api/v1/wallet/${w.id}/withdraw`,
-          { amount, destination: other },
-          await h.holderHeaders(w),
-        );
+        const res = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount, destination: other }, asHolder);
         expect(res.statusCode, res.body).toBe(400);
         expect(res.json()).toMatchObject({ code: 'INVALID_TRANSFER' });
         expect(res.json().detail).toMatch(/no token account/);

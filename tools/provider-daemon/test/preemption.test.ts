@@ -19,6 +19,16 @@ import { until, useWorkloadRig } from './support/workload-rig.ts';
 const GRACE_MS = 5000;
 const rig = useWorkloadRig({ billing: { billing: { preemption_grace: `${GRACE_MS}ms` } } });
 
+/** A renter's bid of 1 on all eight GPUs of `providerId`, its workload `script` (bash): the renter and the session. */
+async function bidOf(providerId: string, script: string) {
+  const low = await rig.renter();
+  const bid = await rig.start(providerId, 8, { command: ['bash', '-c', script], max_runtime_seconds: 3600 }, low, {
+    bid: '1',
+  });
+  expect(bid.statusCode, bid.body).toBe(201);
+  return { low, bidId: bid.json().session.id as string };
+}
+
 describe('a preempted workload', () => {
   it('gets its notice and SIGTERM at once, SIGKILL at the deadline and not before; the winner runs once it is gone', {
     timeout: 90_000,
@@ -32,12 +42,7 @@ describe('a preempted workload', () => {
       'trap \'echo "term $(date +%s%3N)"; echo "notice $(cat "$GPU_PLATFORM_NOTICE_FILE")"\' TERM',
       'while true; do echo "tick $(date +%s%3N)"; sleep 0.2; done',
     ].join('\n');
-    const low = await rig.renter();
-    const bid = await rig.start(m.providerId, 8, { command: ['bash', '-c', script], max_runtime_seconds: 3600 }, low, {
-      bid: '1',
-    });
-    expect(bid.statusCode, bid.body).toBe(201);
-    const bidId = bid.json().session.id as string;
+    const { low, bidId } = await bidOf(m.providerId, script);
     const runner = m.runner();
     runner.run();
     try {
@@ -182,12 +187,7 @@ describe('a preempted workload', () => {
       'trap \'echo "term $(date +%s%3N)"; echo "notice $(cat /work/.gpu-notice.json 2>/dev/null || echo none)"\' TERM',
       'while true; do echo "tick $(date +%s%3N)"; sleep 0.2; done',
     ].join('\n');
-    const low = await rig.renter();
-    const bid = await rig.start(m.providerId, 8, { command: ['bash', '-c', script], max_runtime_seconds: 3600 }, low, {
-      bid: '1',
-    });
-    expect(bid.statusCode, bid.body).toBe(201);
-    const bidId = bid.json().session.id as string;
+    const { low, bidId } = await bidOf(m.providerId, script);
     runner.run();
     try {
       await until(

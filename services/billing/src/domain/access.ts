@@ -13,6 +13,7 @@
  * - Someone else's wallet or session answers 403 (their IDs are random UUIDs: a 404 would hide nothing).
  */
 import { errors, isPrivileged, mayActFor, type Principal } from '@gpu/common';
+import { billingErrors } from '../errors.ts';
 
 const notHolder = (walletId: string) =>
   errors.forbidden(`wallet ${walletId} belongs to someone else`, 'NOT_WALLET_HOLDER');
@@ -27,13 +28,18 @@ export function assertWalletHolder(actor: Principal, wallet: { id: string; holde
 }
 
 /**
- * Whether the actor may send a wallet's money to an address other than the wallet's own: its holder only (their own
- * token or API key), or anyone while access control is off. An admin or a platform service acting on someone else's
- * wallet pays only the wallet's own address (which its holder chose), so a leaked or misused privileged token cannot
- * send anyone's money elsewhere.
+ * That the actor may send a wallet's money to `destination`: the wallet's own address, or another that its holder (their own
+ * token or API key) names, or anyone while access control is off; else 403 DESTINATION_NOT_ALLOWED. An admin or a
+ * platform service acting on someone else's wallet pays only the wallet's own address (which its holder chose), so a
+ * leaked or misused privileged token cannot send anyone's money elsewhere.
  */
-export function mayNameDestination(actor: Principal, wallet: { holderId: string | null }): boolean {
-  return actor.unchecked === true || isUser(actor, wallet.holderId);
+export function assertMayPayTo(
+  actor: Principal,
+  wallet: { holderId: string | null; solanaAddress: string | null },
+  destination: string,
+): void {
+  if (destination === wallet.solanaAddress || actor.unchecked === true || isUser(actor, wallet.holderId)) return;
+  throw billingErrors.destinationNotAllowed(destination);
 }
 
 /** A new wallet for the user `ownerId` is made by that user (or an admin or service). */

@@ -23,7 +23,7 @@ import {
   walletsDueForAutoPayout,
 } from '../../db/wallet-repository.ts';
 import { billingErrors } from '../../errors.ts';
-import { assertProviderOwner, mayNameDestination } from '../access.ts';
+import { assertMayPayTo, assertProviderOwner } from '../access.ts';
 import { chainError } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
 import { Dec, walletBalances } from '../ledger/index.ts';
@@ -80,9 +80,7 @@ export async function setAutoPayout(
   if (change.enabled) {
     address = change.destination ?? wallet.solanaAddress;
     if (!address) throw billingErrors.destinationRequired(wallet.id);
-    if (address !== wallet.solanaAddress && !mayNameDestination(actor, wallet)) {
-      throw billingErrors.destinationNotAllowed(address);
-    }
+    assertMayPayTo(actor, wallet, address);
     if (!ctx.chain) throw billingErrors.chainNotConfigured();
     let problem: Awaited<ReturnType<typeof ctx.chain.destinationProblem>>;
     try {

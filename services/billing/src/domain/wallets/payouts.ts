@@ -32,7 +32,7 @@ import {
   type TransactionRow,
 } from '../../db/transaction-repository.ts';
 import { billingErrors } from '../../errors.ts';
-import { mayNameDestination } from '../access.ts';
+import { assertMayPayTo } from '../access.ts';
 import type { PreparedTransfer, SignatureState, SignedTransfer } from '../chain/index.ts';
 import { chainError, landedAt } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
@@ -76,9 +76,7 @@ export async function startChainPayout(
   const destination = req.destination ?? wallet.solanaAddress;
   if (!destination) throw billingErrors.destinationRequired(wallet.id);
   // Only the holder names another destination: an admin's or a service's token (leaked, or misused) pays no one else.
-  if (req.actor && destination !== wallet.solanaAddress && !mayNameDestination(req.actor, wallet)) {
-    throw billingErrors.destinationNotAllowed(destination);
-  }
+  if (req.actor) assertMayPayTo(req.actor, wallet, destination);
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
   // A wallet past its withdrawals of the hour asks the chain for nothing (the debit counts them, below).
   if (req.type === 'withdrawal') await checkWithdrawalLimit(ctx.withdrawalLimit, wallet.id);
