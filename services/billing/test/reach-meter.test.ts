@@ -9,11 +9,17 @@ import { ByteMeter, metered } from '../src/domain/reach/meter.ts';
 
 describe('a session byte meter', () => {
   it("lets one second's worth pass at once, then asks each source to wait for its share", () => {
-    const meter = new ByteMeter(1000);
+    let clock = 1_000_000;
+    const meter = new ByteMeter(1000, () => clock);
     expect(meter.take(1000)).toBe(0);
-    const wait = meter.take(500);
-    expect(wait).toBeGreaterThanOrEqual(499);
-    expect(wait).toBeLessThanOrEqual(500);
+    expect(meter.take(500)).toBe(500);
+    // 200 ms later 200 bytes have come back: the debt is 300 bytes, and 100 more wait 400 ms.
+    clock += 200;
+    expect(meter.take(100)).toBe(400);
+    // A long quiet refills one second's worth, never more.
+    clock += 60_000;
+    expect(meter.take(1000)).toBe(0);
+    expect(meter.take(1)).toBe(1);
   });
 
   it('never limits with a rate of 0', () => {

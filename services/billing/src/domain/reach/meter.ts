@@ -7,17 +7,21 @@ import { Transform } from 'node:stream';
 
 export class ByteMeter {
   private tokens: number;
-  private at = Date.now();
+  private at: number;
 
-  /** `rate`: bytes a second (0: no limit). */
-  constructor(private readonly rate: number) {
+  /** `rate`: bytes a second (0: no limit); `now`: the clock in ms (tests pass their own). */
+  constructor(
+    private readonly rate: number,
+    private readonly now: () => number = Date.now,
+  ) {
     this.tokens = rate;
+    this.at = now();
   }
 
   /** Counts `n` bytes passed; how long (ms) their source should wait before more (0: at once). */
   take(n: number): number {
     if (this.rate <= 0) return 0;
-    const now = Date.now();
+    const now = this.now();
     this.tokens = Math.min(this.rate, this.tokens + ((now - this.at) * this.rate) / 1000);
     this.at = now;
     this.tokens -= n;
