@@ -54,7 +54,7 @@ describe('a reservation that lapses', () => {
     const reserved = await billing.app.inject({
       method: 'POST',
       url: '/api/v1/billing/reservations',
-      payload: { user_id: randomUUID(), provider_id: machine.id, gpu_model: 'A100', gpu_count: 2, ttl_seconds: 2 },
+      payload: { user_id: randomUUID(), provider_id: machine.id, gpu_model: 'A100', gpu_count: 2, ttl_seconds: 8 },
     });
     expect(reserved.statusCode, reserved.body).toBe(201);
     const expiresAt = Date.parse(reserved.json().expires_at);

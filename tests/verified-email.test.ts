@@ -73,7 +73,7 @@ async function userWithWallet(billing: BillingHarness, url: string, roles: strin
  * would take a new password); a refreshed access token says so.
  */
 async function verify(email: string, tokens: { access_token: string; refresh_token: string }): Promise<string> {
-  const deadline = Date.now() + 10_000;
+  const deadline = Date.now() + 30_000;
   let code: string | undefined;
   while (!code) {
     const mail = (await readCaughtMail(mailDir)).find((m) => m.to === email);

@@ -22,6 +22,8 @@ export interface Attempt {
   via: string;
   sentAt: number;
   settled: boolean;
+  /** When its answer (or failure) came. */
+  settledAt?: number;
   /** HTTP: the status (undefined: no answer, the connection failed). NATS: 200 once JetStream stored it. */
   status?: number;
   /** HTTP 2xx: the usage record the answer names. */
@@ -148,6 +150,7 @@ export class UsageLoad {
 
   private settle(a: Attempt) {
     a.settled = true;
+    a.settledAt = Date.now();
     this.inFlight -= 1;
   }
 

@@ -89,9 +89,10 @@ describe('POST /api/v1/auth/login', () => {
     expect(unknownBody).toEqual(wrongBody);
     expect(wrongBody.code).toBe('INVALID_CREDENTIALS');
     const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-    // Both paths verify one argon2id hash (~tens of ms); without the dummy hash an unknown email answers in ~1 ms.
-    expect(median(unknown)).toBeGreaterThan(median(wrong) * 0.5);
-    expect(median(unknown)).toBeLessThan(median(wrong) * 2);
+    // Both paths verify one argon2id hash (~tens of ms); without the dummy hash an unknown email answers in ~1 ms,
+    // some fifty times faster: the bounds leave a busy host's noise room and still tell the two apart.
+    expect(median(unknown)).toBeGreaterThan(median(wrong) * 0.25);
+    expect(median(unknown)).toBeLessThan(median(wrong) * 4);
   });
 
   it('rehashes a password on login when the argon2id parameters were raised', async () => {

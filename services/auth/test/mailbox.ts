@@ -7,9 +7,9 @@ export const RESET = 'Reset your password';
 /** The mails caught in `dir`: those to an address, the `n`th of a subject (waited for), and the code in it. */
 export function mailbox(dir: string) {
   const mailTo = async (to: string) => (await readCaughtMail(dir)).filter((m) => m.to === to);
-  /** Waits (10 s at most) for the `n`th mail to `to` with `subject`. */
+  /** Waits for the `n`th mail to `to` with `subject` (30 s at most: a failed send is tried again in 2 s, then 10 s). */
   async function mailed(to: string, subject: string, n = 1) {
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000;
     for (;;) {
       const mails = (await mailTo(to)).filter((m) => m.subject === subject);
       if (mails.length >= n) return mails[n - 1]!;

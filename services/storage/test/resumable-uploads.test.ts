@@ -350,7 +350,7 @@ describe('bounds under concurrent requests', () => {
 
 describe('expiry', () => {
   it('aborts an upload not completed within upload_expiry, freeing its parts at the store', async () => {
-    const short = await startService({ objectStore: { upload_expiry: '2s' } });
+    const short = await startService({ objectStore: { upload_expiry: '6s' } });
     try {
       const user = await short.issuer.user(['renter']);
       const bucket = uniqueBucket('expire');

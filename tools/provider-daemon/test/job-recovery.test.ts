@@ -1,11 +1,12 @@
 /**
  * A job survives the death of its machine: against the real auth service, registry (its offline sweep on, a machine
- * silent for 3 s offline), storage and billing (its own background placing jobs and asking the registry about the
- * machines with running sessions), the first machine's daemon runs as a process of its own and is killed with
- * SIGKILL mid-job: its workload dies with it (the sandbox's `--die-with-parent`), its heartbeats stop, the registry
- * takes it for offline, billing ends its session `provider_offline`, and the job is placed on the second machine,
- * which restores the checkpoint the first one kept while it ran: the count goes on from there, not from 0. The
- * renter pays both attempts and nothing else: no hold is left.
+ * silent for 10 s offline: a live daemon whose beats a busy host slows is not taken for dead), storage and billing
+ * (its own background placing jobs and asking the registry about the machines with running sessions), the first
+ * machine's daemon runs as a process of its own and is killed with SIGKILL mid-job: its workload dies with it (the
+ * sandbox's `--die-with-parent`), its heartbeats stop, the registry takes it for offline, billing ends its session
+ * `provider_offline`, and the job is placed on the second machine, which restores the checkpoint the first one kept
+ * while it ran: the count goes on from there, not from 0. The renter pays both attempts and nothing else: no hold is
+ * left.
  */
 import { spawnSync } from 'node:child_process';
 import { NoopPublisher } from '@gpu/common';
@@ -17,7 +18,7 @@ const isRoot = process.getuid?.() === 0;
 const rig = useWorkloadRig({
   storage: true,
   registry: {
-    config: { heartbeat_interval: '1s', offline_after: '3s', offline_sweep_interval: '500ms' },
+    config: { heartbeat_interval: '1s', offline_after: '10s', offline_sweep_interval: '500ms' },
     sweeper: true,
   },
   billing: {

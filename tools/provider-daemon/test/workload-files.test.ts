@@ -12,7 +12,7 @@ import { containerSettings, testImage } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 // A short upload window, so that a test sees it close.
-const WINDOW_MS = 6000;
+const WINDOW_MS = 15_000;
 const rig = useWorkloadRig({ storage: true, billing: { billing: { workload_upload_window: `${WINDOW_MS}ms` } } });
 
 /** An object of the renter's folder, through the storage service with the renter's own token. */
