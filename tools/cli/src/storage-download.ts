@@ -19,9 +19,7 @@ import {
   asPrefix,
   downloadFile as fileFor,
   fileUnder,
-  intoLocalFolder,
   isPrefix,
-  keyBaseName,
   nothingUnder,
   objectNotFound,
   refOf,
@@ -109,18 +107,16 @@ async function toStandardOutput(ctx: Context, key: string, opts: CopyOptions) {
 }
 
 /**
- * A remote folder's objects under a local folder: into one that exists (or is named with a trailing separator) as
- * `<to>/<prefix's name>/...`, as `cp -r` copies into a directory; else `to` becomes the copy.
+ * A remote folder's objects under a local folder, as `aws s3 cp --recursive` writes them: `to` is the copy (made when
+ * not there; each object at its key past the prefix), so a copy run again after an interruption writes the same files.
  */
 async function downloadFolder(
   ctx: Context,
   prefix: string,
   objects: ObjectInfo[],
-  to: string,
+  root: string,
   opts: CopyOptions,
 ): Promise<Downloaded[]> {
-  const name = keyBaseName(prefix);
-  const root = intoLocalFolder(to) && name !== '' ? path.join(to, name) : to;
   const files: { object: ObjectInfo; file: string }[] = [];
   const folders = new Set<string>([root]);
   for (const object of objects) {

@@ -14,7 +14,7 @@ import { type Context, UsageError } from './cli.ts';
 import { localError, locally } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
 import { RESUMABLE_FROM, resumableUpload } from './resumable.ts';
-import { isPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
+import { asPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
 
 /** Files sent at once by `cp -r`. */
 export const FILES_AT_ONCE = 4;
@@ -86,14 +86,12 @@ async function filesOf(folder: string): Promise<LocalFile[]> {
 }
 
 /**
- * A folder's files under a prefix: into a remote folder (`gpu:dir/`, `gpu:`) as `dir/<folder's name>/...`, as `cp -r`
- * copies into a directory; else the key is the copy's own prefix (`gpu:dir` takes `dir/...`).
+ * A folder's files under a prefix, as `aws s3 cp --recursive` stores them: the destination is the copy (`gpu:dir/` and
+ * `gpu:dir` both take `dir/<each file's path>`, `gpu:` the folder's files at the top), so a copy run again after an
+ * interruption writes the same keys.
  */
 async function uploadFolder(ctx: Context, folder: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
-  const name = path.basename(path.resolve(folder));
-  // `.`, `..` and `/` have no name of their own: their files go straight in.
-  const base = ['.', '..'].includes(path.basename(folder)) || name === '' ? '' : `${name}/`;
-  const prefix = isPrefix(key) ? `${key}${base}` : `${key}/`;
+  const prefix = asPrefix(key);
   const files = await filesOf(folder);
   if (files.length === 0) {
     process.stderr.write(`gpu: ${folder} holds no files: nothing copied\n`);

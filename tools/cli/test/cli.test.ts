@@ -189,6 +189,12 @@ describe('gpu against a platform whose machine runs workloads', () => {
     const nothing = await renter.gpu(['run', ...rental()]);
     expect(nothing.code).toBe(2);
     expect(nothing.stderr).toContain('run needs a workload');
+    // A workload's option on a rental without one would be dropped: refused, nothing rented.
+    for (const option of [['--max-runtime', '2h'], ['--network'], ['--env', 'A=1']]) {
+      const alone = await renter.gpu(['rent', ...rental(), ...option]);
+      expect(alone, option.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(alone.stderr).toContain('are for a workload');
+    }
   });
 
   it('rents with a workload and follows its log with gpu logs -f until it ends; rents without one and ends it', async () => {

@@ -166,32 +166,38 @@ describe('gpu storage cp and rm', () => {
     const up = answer(await gpu(['storage', 'cp', '-r', data, 'gpu:sets/', '--json']));
     sendGate.end();
     expect(sendGate.most()).toBe(4);
-    expect(up.map((o: { key: string }) => o.key)).toEqual(names.map((n) => `sets/data/${n}`));
-    expect(await keysUnder('sets/')).toEqual(names.map((n) => `sets/data/${n}`));
-    // To a remote path without a trailing /: that path is the copy.
+    // As `aws s3 cp --recursive`: the destination is the copy, with a trailing / or without.
+    expect(up.map((o: { key: string }) => o.key)).toEqual(names.map((n) => `sets/${n}`));
+    expect(await keysUnder('sets/')).toEqual(names.map((n) => `sets/${n}`));
     expect((await gpu(['storage', 'cp', '-r', data, 'gpu:copy'])).code).toBe(0);
     expect(await keysUnder('copy/')).toEqual(names.map((n) => `copy/${n}`));
 
-    // Down to a folder that is not there: it becomes the copy; into one that is: under the prefix's name.
+    // Down, the same: the local folder is the copy, made when not there.
     const fetchGate = proxy.gate(objectGet, 4);
     const out = join(dir, 'out');
-    const down = await gpu(['storage', 'cp', '-r', 'gpu:sets/data/', out]);
+    const down = await gpu(['storage', 'cp', '-r', 'gpu:sets/', out]);
     fetchGate.end();
     expect(down.code, down.stderr).toBe(0);
     expect(fetchGate.most()).toBe(4);
-    expect(down.stderr).toContain(`gpu:sets/data/ -> ${out} (6 files, ${2.5 * 1024 * 1024 + 12} bytes)`);
+    expect(down.stderr).toContain(`gpu:sets/ -> ${out} (6 files, ${2.5 * 1024 * 1024 + 12} bytes)`);
     for (const [name, bytes] of Object.entries(files)) expect(readFileSync(join(out, name)).equals(bytes)).toBe(true);
+    // Into a folder that is there (as a copy run again after an interruption finds it): the same files, not nested
+    // under the prefix's name.
+    const again = await gpu(['storage', 'cp', '-r', 'gpu:sets/', out]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(readdirSync(out).sort()).toEqual(['a.txt', 'b.bin', 'sub']);
     const into = folder('into-existing');
     expect((await gpu(['storage', 'cp', '-r', 'gpu:copy', into])).code).toBe(0);
-    for (const [name, bytes] of Object.entries(files)) {
-      expect(readFileSync(join(into, 'copy', name)).equals(bytes)).toBe(true);
-    }
+    for (const [name, bytes] of Object.entries(files)) expect(readFileSync(join(into, name)).equals(bytes)).toBe(true);
+    // Up again into the same prefix: the same keys.
+    expect((await gpu(['storage', 'cp', '-r', data, 'gpu:copy/'])).code).toBe(0);
+    expect(await keysUnder('copy/')).toEqual(names.map((n) => `copy/${n}`));
 
     // On a terminal: one bar for the whole folder, each way.
     const upShown = await onTerminal(['storage', 'cp', '-r', data, 'gpu:shown/']);
-    expect(upShown).toMatch(/-> gpu:shown\/data\/ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
-    const downShown = await onTerminal(['storage', 'cp', '-r', 'gpu:shown/data/', join(dir, 'shown')]);
-    expect(downShown).toMatch(/gpu:shown\/data\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
+    expect(upShown).toMatch(/-> gpu:shown\/ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
+    const downShown = await onTerminal(['storage', 'cp', '-r', 'gpu:shown/', join(dir, 'shown')]);
+    expect(downShown).toMatch(/gpu:shown\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
   });
 
   it('sends the parts of a large file side by side, 4 at once', async () => {
@@ -213,7 +219,7 @@ describe('gpu storage cp and rm', () => {
     for (const name of ['one.txt', 'two.txt', 'three.txt']) writeFileSync(join(trash, name), name);
     mkdirSync(join(trash, 'inner'));
     writeFileSync(join(trash, 'inner', 'four.txt'), 'four');
-    expect((await gpu(['storage', 'cp', '-r', trash, 'gpu:bin/'])).code).toBe(0);
+    expect((await gpu(['storage', 'cp', '-r', trash, 'gpu:bin/trash/'])).code).toBe(0);
     expect((await gpu(['storage', 'cp', join(trash, 'one.txt'), 'gpu:bin-kept.txt'])).code).toBe(0);
 
     const prefix = await gpu(['storage', 'rm', 'gpu:bin/trash/']);

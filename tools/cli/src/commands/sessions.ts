@@ -31,13 +31,16 @@ type Session = BillingSchemas['Session'];
 
 /** The longest a workload may run (billing's bound: a week). */
 const MAX_RUNTIME_S = 604_800;
+/** How long a workload runs when `--max-runtime` is not given. */
+const DEFAULT_RUNTIME_S = 3600;
 
 /** What `workloadOptions` reads. */
 export interface WorkloadOptions {
   env?: string[];
   input?: string[];
   outputPrefix?: string;
-  maxRuntime: number;
+  /** Seconds; undefined: not given (the workload's default, an hour). */
+  maxRuntime?: number;
   network?: boolean;
   image?: string;
 }
@@ -102,9 +105,8 @@ export function workloadOptions(command: Command): Command {
     .option('--output-prefix <prefix>', 'where its logs and outputs go in your folder (default sessions/<id>/)')
     .option(
       '--max-runtime <duration>',
-      'the workload is stopped after running this long (3600, 90s, 2h)',
+      'the workload is stopped after running this long (3600, 90s, 2h; default 1h)',
       seconds,
-      3600,
     )
     .option('--network', 'let the workload reach the network (default: none)')
     .option(
@@ -117,9 +119,10 @@ export function workloadOptions(command: Command): Command {
 export function workloadSpec(argv: string[], o: WorkloadOptions & { idle?: boolean }): WorkloadSpec | undefined {
   if (o.idle && argv.length > 0) throw new UsageError('--idle runs no command of its own: drop the command after --');
   if (argv.length === 0 && !o.image && !o.idle) {
-    if (o.env || o.input || o.outputPrefix || o.network) {
+    if (o.env || o.input || o.outputPrefix || o.network || o.maxRuntime !== undefined) {
       throw new UsageError(
-        '--env, --input, --output-prefix and --network are for a workload: give its command after -- (or --image)',
+        '--env, --input, --output-prefix, --network and --max-runtime are for a workload: give its command after -- ' +
+          '(or --image, or --idle); a session without one runs until it is ended or its spend cap is reached',
       );
     }
     return undefined;
@@ -135,7 +138,7 @@ export function workloadSpec(argv: string[], o: WorkloadOptions & { idle?: boole
     ...(argv.length > 0 ? { command: argv } : {}),
     ...(o.idle ? { idle: true } : {}),
     env,
-    max_runtime_seconds: o.maxRuntime,
+    max_runtime_seconds: o.maxRuntime ?? DEFAULT_RUNTIME_S,
     network: o.network === true,
     inputs: (o.input ?? []).map((key) => ({ key })),
     ...(o.outputPrefix ? { output: { prefix: o.outputPrefix } } : {}),

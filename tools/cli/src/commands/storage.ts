@@ -81,8 +81,8 @@ export function storageCommands(program: Command) {
         '  gpu storage cp data.csv gpu:datasets/           stored as datasets/data.csv',
         '  gpu storage cp gpu:datasets/data.csv .          written to ./data.csv',
         '  gpu storage cp gpu:logs/out.txt -               to standard output',
-        '  gpu storage cp -r checkpoints gpu:runs/         runs/checkpoints/... (gpu:runs: runs/...)',
-        '  gpu storage cp -r gpu:runs/checkpoints/ ./      ./checkpoints/... (to a folder not there: that folder)',
+        '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
+        '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
       ].join('\n'),
     )
     .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
