@@ -29,7 +29,8 @@ const ROUTE_COMMANDS: [RegExp, string][] = [
   [/^POST \/api\/v1\/auth\/email\/verification$/, 'gpu email send'],
   [/^POST \/api\/v1\/auth\/email\/verify$/, 'gpu email verify'],
   [/^POST (\/api\/v1)?\/pricing\/calculate$/, 'gpu quote'],
-  [/^POST (\/api\/v1)?\/provider\/[^/\s]+\/payout$/, 'gpu payout'],
+  [/^POST (\/api\/v1)?\/provider\/[^/\s]+\/payout$/, 'gpu provider payout'],
+  [/^PUT (\/api\/v1)?\/provider\/[^/\s]+\/payout-settings$/, 'gpu provider payout-settings'],
   [/^POST (\/api\/v1)?\/wallet\/[^/\s]+\/withdraw$/, 'gpu wallet withdraw'],
   [/^POST (\/api\/v1)?\/wallet\/[^/\s]+\/deposit$/, 'gpu wallet deposit'],
 ];
@@ -100,6 +101,8 @@ function explained(code: string, p: Problem, credential: Credential): { detail?:
         : { hint: `sign in instead: ${LOG_IN_AGAIN}` };
     case 'INSUFFICIENT_FUNDS':
       return { hint: 'gpu wallet balance <wallet-id> shows what is there, gpu wallet deposit <wallet-id> adds to it' };
+    case 'DESTINATION_REQUIRED':
+      return { hint: 'name the address to pay with --to <address>' };
     case 'PRICE_NOT_ACCEPTED':
       return { hint: 'gpu quote shows the price now; --max-rate accepts a higher one' };
     default:

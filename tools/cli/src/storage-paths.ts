@@ -27,7 +27,7 @@ export const asPrefix = (key: string): string => (isPrefix(key) ? key : `${key}/
 export const shown = (key: string): string => `${REMOTE}${key}`;
 
 /** A key's or prefix's last segment (`a/b.txt`: `b.txt`; `a/b/`: `b`; ``: ``). */
-export const keyBaseName = (key: string): string => key.replace(/\/+$/, '').split('/').pop() ?? '';
+const keyBaseName = (key: string): string => key.replace(/\/+$/, '').split('/').pop() ?? '';
 
 /** The object reference of a key, in `bucket` when one is given. */
 export const refOf = (key: string, bucket?: string): ObjectRef => ({ ...(bucket ? { bucket } : {}), key });
@@ -42,7 +42,7 @@ function isLocalDirectory(file: string): boolean {
 }
 
 /** Whether a local destination names a folder to copy into: it ends in a separator or is a directory. */
-export const intoLocalFolder = (to: string): boolean => /[/\\]$/.test(to) || isLocalDirectory(to);
+const intoLocalFolder = (to: string): boolean => /[/\\]$/.test(to) || isLocalDirectory(to);
 
 /** The key a local file is stored under: in a remote folder (`gpu:dir/`, `gpu:`) with its base name, else as named. */
 export const uploadKey = (file: string, key: string): string => (isPrefix(key) ? `${key}${path.basename(file)}` : key);

@@ -452,6 +452,22 @@ describe('gpu against a platform whose machine runs workloads', () => {
     // Paid out on chain, which this platform has none of (and only to a verified e-mail address): one line.
     refused(await provider.gpu(['payout', machineId, '--amount', '0.5']), '[A-Z_]+');
     expect((await provider.gpu(['payout', machineId, '--amount', '-1'])).code).toBe(2);
+    // The automatic payout: shown off; turned on it would pay on chain, which this platform has none of: one line.
+    const auto = answer(await provider.gpu(['provider', 'payout-settings', machineId, '--json']));
+    expect(auto).toMatchObject({ provider_id: machineId, auto_payout: false, destination: null });
+    expect((await provider.gpu(['provider', 'payout-settings', machineId])).stdout).toMatch(
+      /automatic payout[\s│]+off\b/,
+    );
+    refused(await provider.gpu(['provider', 'payout-settings', machineId, '--auto', 'on']), '[A-Z_]+');
+    for (const bad of [
+      ['--auto', 'yes'],
+      ['--to', '11111111111111111111111111111112'],
+      ['--auto', 'off', '--to', 'x'],
+    ]) {
+      const r = await provider.gpu(['provider', 'payout-settings', machineId, ...bad]);
+      expect(r, bad.join(' ')).toMatchObject({ code: 2, stdout: '' });
+    }
+    refused(await renter.gpu(['provider', 'payout-settings', machineId, '--auto', 'off']), 'ROLE_REQUIRED');
 
     const none = answer(await provider.gpu(['rates', 'show', machineId, '--json']));
     expect(none).toMatchObject({ base_rates: {}, updated_at: null });

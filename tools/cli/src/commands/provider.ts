@@ -1,7 +1,8 @@
 /**
  * For providers, `gpu provider ...`: `machines [list]` (yours, at the registry), `machines add` and
  * `daemon-credentials` (a machine onboarded: provider-onboarding.ts), `rates show|set` (a machine's own rates at
- * billing), `earnings` (what your machines earned and what can be paid out) and `payout` (ask for one, on chain).
+ * billing), `earnings` (what your machines earned and what can be paid out), `payout` (ask for one, on chain) and
+ * `payout-settings` (pay out automatically at each session's end, or not).
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import type { Command } from 'commander';
@@ -181,6 +182,40 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
         }),
       );
       showTransaction(ctx.json, paid);
+    });
+
+  parent
+    .command('payout-settings <machine-id>', opts)
+    .description(
+      "show a machine's automatic payout (its earnings paid out at each session's end); --auto on|off changes it",
+    )
+    .option('--auto <on|off>', 'pay the earnings out automatically (on) or only when asked (off)')
+    .option('--to <address>', "with --auto on: the owner address to pay (default: the machine's wallet address)")
+    .action(async (machineId: string, opts: { auto?: string; to?: string }) => {
+      if (opts.auto !== undefined && opts.auto !== 'on' && opts.auto !== 'off') {
+        throw new UsageError(`--auto takes on or off, not ${opts.auto}`);
+      }
+      if (opts.to !== undefined && opts.auto !== 'on') {
+        throw new UsageError('--to names where automatic payouts go: give it with --auto on');
+      }
+      const ctx = context(program);
+      const path = { params: { path: { providerID: machineId } } };
+      const settings = unwrap(
+        opts.auto === undefined
+          ? await ctx.billing.GET('/api/v1/provider/{providerID}/payout-settings', path)
+          : await ctx.billing.PUT('/api/v1/provider/{providerID}/payout-settings', {
+              ...path,
+              body: { auto_payout: opts.auto === 'on', ...(opts.to ? { destination: opts.to } : {}) },
+            }),
+      );
+      showRecord(ctx.json, settings, [
+        ['machine', settings.provider_id],
+        ['wallet', settings.wallet_id],
+        ['automatic payout', settings.auto_payout ? `on, to ${settings.destination}` : 'off'],
+        ['minimum payout', settings.minimum_payout],
+        ...(settings.last_failure ? [['last failure', settings.last_failure] as [string, string]] : []),
+        ...(settings.next_attempt_at ? [['tried again at', settings.next_attempt_at] as [string, string]] : []),
+      ]);
     });
 }
 
