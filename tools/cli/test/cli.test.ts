@@ -393,6 +393,19 @@ describe('gpu against a platform whose machine runs workloads', () => {
       expect(table.stdout).toContain(shown.attempts[0].session_id);
       const listed = answer(await renter.gpu(['jobs', 'list', '--state', 'succeeded', '--json']));
       expect(listed.map((j: { id: string }) => j.id)).toContain(submitted.id);
+      // A state billing has not, or a fallback without a bid to fall back from: usage errors, nothing asked.
+      expect((await renter.gpu(['jobs', 'list', '--state', 'done'])).code).toBe(2);
+      const fallback = await renter.gpu([
+        'jobs',
+        'submit',
+        ...terms,
+        '--max-price',
+        '1',
+        '--on-demand-fallback',
+        '--',
+        'true',
+      ]);
+      expect(fallback).toMatchObject({ code: 2, stdout: '' });
       // Terms no machine could meet: refused, naming what is missing; with --wait-for-capacity, queued.
       const nine = ['jobs', 'submit', ...terms, '--gpus', '9', '--max-price', '100'];
       refused(await renter.gpu([...nine, '--', 'true']), 'NO_MACHINE_COULD_MEET');
@@ -435,6 +448,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
     // Amounts are decimal strings: a number billing would not read is a usage error, nothing sent.
     expect((await renter.gpu(['wallet', 'withdraw', walletId, '--amount', '1e3'])).code).toBe(2);
     expect((await renter.gpu(['wallet', 'withdraw', walletId])).code).toBe(2);
+    // A deposit's options that do nothing on their own: usage errors.
+    expect((await renter.gpu(['wallet', 'deposit', walletId, '--amount', '5'])).code).toBe(2);
+    expect((await renter.gpu(['wallet', 'deposit', walletId, '--rpc', 'http://127.0.0.1:1'])).code).toBe(2);
+    expect((await renter.gpu(['sessions', '--status', 'done'])).code).toBe(2);
   });
 
   it("serves the provider: its machines, the machine's rates set and shown, its earnings, a payout asked for", async () => {
@@ -502,6 +519,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     refused(await renter.gpu(['bid', bidId!, '--price', '0.1']), 'BID_BELOW_FLOOR');
     refused(await provider.gpu(['bid', bidId!, '--price', '2']), 'NOT_SESSION_RENTER');
     expect((await renter.gpu(['bid', bidId!])).code).toBe(2);
+    expect((await renter.gpu(['bid', bidId!, '--price', '1e3'])).code).toBe(2);
     expect((await renter.gpu(['end', bidId!])).code).toBe(0);
   });
 

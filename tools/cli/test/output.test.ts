@@ -344,6 +344,9 @@ describe('money, rentals and sessions', () => {
     expect(field(quote.stdout, 'per hour')).toBe('1.429766');
     expect(field(quote.stdout, 'total')).toBe('2.859531');
     expect(field(quote.stdout, 'platform fee (of it)')).toMatch(/^0\.14\d{4}$/);
+    // A duration billing would not read: a usage error, nothing asked.
+    const bad = await renter.gpu(['quote', '--machine', machines.rtx, '--gpu-model', 'RTX 4090', '--hours', 'two']);
+    expect(bad).toMatchObject({ code: 2, stdout: '' });
   });
 });
 

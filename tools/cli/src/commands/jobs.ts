@@ -6,7 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common/duration';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import {
   amount,
   type Context,
@@ -49,6 +49,8 @@ interface SubmitOptions extends WorkloadOptions {
 }
 
 const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
+/** What `jobs list --state` takes. */
+const JOB_STATES = ['queued', 'placing', 'running', 'recovering', 'succeeded', 'failed', 'cancelled', 'open'];
 
 /** A duration in whole seconds for the queue: `600`, `90s`, `15m`, `2h`, up to 30 days. */
 function queueSeconds(value: string): number {
@@ -169,6 +171,9 @@ export function jobCommands(program: Command) {
   ).action(async (argv: string[], o: SubmitOptions) => {
     const ctx = context(program);
     if (argv.length === 0 && !o.image) throw new UsageError('a job runs a workload: its command after --, or --image');
+    if (o.onDemandFallback && !o.bid) {
+      throw new UsageError('--on-demand-fallback is for a job at a --bid: without one it runs on demand anyway');
+    }
     const given = workloadSpec(argv, o)!;
     const workload =
       o.checkpointEvery === undefined ? given : { ...given, checkpoint: { interval_seconds: o.checkpointEvery } };
@@ -202,7 +207,11 @@ export function jobCommands(program: Command) {
   jobs
     .command('list')
     .description('your jobs, newest first')
-    .option('--state <state>', 'queued, placing, running, recovering, succeeded, failed, cancelled, or open')
+    .addOption(
+      new Option('--state <state>', 'only jobs in this state (open: queued, placing, running or recovering)').choices(
+        JOB_STATES,
+      ),
+    )
     .action(async (opts: { state?: string }) => {
       const ctx = context(program);
       const list = unwrap(

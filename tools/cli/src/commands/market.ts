@@ -216,7 +216,7 @@ export function marketCommands(program: Command) {
     .requiredOption('--machine <id>', 'the machine (its provider ID, from gpu offers)')
     .option('--gpus <n>', 'how many of its GPUs', count('--gpus'), 1)
     .requiredOption('--gpu-model <model>', 'the model of its GPUs (H100, A100, ...)')
-    .option('--hours <n>', 'for how long', '1')
+    .option('--hours <n>', 'for how long, a decimal number of hours (1.5)', amount('--hours'), '1')
     .action(async (opts: { machine: string; gpus: number; gpuModel: string; hours: string }) => {
       const ctx = context(program);
       const q = unwrap(

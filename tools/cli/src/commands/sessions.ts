@@ -5,7 +5,7 @@
 import { Writable } from 'node:stream';
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common/duration';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { Decimal } from 'decimal.js';
 import {
   amount,
@@ -28,6 +28,9 @@ import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload, w
 
 type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
 type Session = BillingSchemas['Session'];
+
+/** What `sessions --status` takes. */
+const SESSION_STATUSES = ['active', 'grace_period', 'completed', 'terminated', 'running'];
 
 /** The longest a workload may run (billing's bound: a week). */
 const MAX_RUNTIME_S = 604_800;
@@ -244,7 +247,11 @@ export function sessionCommands(program: Command) {
         "workload's exit code (or how it ended otherwise) and its cost; with --json each session with its workload " +
         '(null for none)',
     )
-    .option('--status <status>', 'active, grace_period, completed, terminated, or running (active and grace_period)')
+    .addOption(
+      new Option('--status <status>', 'only sessions in this status (running: active and grace_period)').choices(
+        SESSION_STATUSES,
+      ),
+    )
     .option('--limit <n>', 'at most this many (the newest)', count('--limit'), 20)
     .action(async (opts: { status?: string; limit: number }) => {
       const ctx = context(program);
@@ -429,7 +436,7 @@ export function sessionCommands(program: Command) {
         'must bid more to take them); each minute is billed at the highest bid in force during it (a raise prices ' +
         'the minute in progress, a cut the next one)',
     )
-    .requiredOption('--price <tokens>', 'the new bid per GPU-hour')
+    .requiredOption('--price <tokens>', 'the new bid per GPU-hour', amount('--price'))
     .action(async (sessionId: string, opts: { price: string }) => {
       const ctx = context(program);
       const s = unwrap(

@@ -198,6 +198,10 @@ export function walletCommands(program: Command) {
       const ctx = context(program);
       if (opts.keypair && opts.signature)
         throw new UsageError('--keypair sends a deposit, --signature claims one: not both');
+      if (opts.rpc && !opts.keypair) throw new UsageError('--rpc is the chain --keypair sends through: give --keypair');
+      if (opts.amount && !opts.keypair && !opts.signature) {
+        throw new UsageError('--amount is what --keypair sends or what --signature claims: give one of them');
+      }
       if (opts.keypair) return sendDeposit(ctx, given, opts);
       const walletId = await chooseWallet(ctx, { id: given, address: opts.address });
       if (opts.signature) {
