@@ -5,6 +5,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, type BillingSchemas, type ObjectRef, type ObjectStore, unwrap } from '@gpu/client';
 import { UNDELIVERED_END_REASONS } from '@gpu/common/market-terms';
@@ -167,4 +168,16 @@ export function exitStatusOf(w: Workload): number {
   if (w.state === 'failed' && w.reason === 'command_not_found') return 127;
   if (w.state === 'failed' && w.reason === 'command_not_executable') return 126;
   return w.state === 'exited' && code !== null && code >= 0 && code <= 255 ? code : 1;
+}
+
+/** A stream that keeps what is written to it, as text. */
+export function collector(): Writable & { text(): string } {
+  const chunks: Buffer[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      chunks.push(chunk);
+      done();
+    },
+  });
+  return Object.assign(sink, { text: () => Buffer.concat(chunks).toString('utf8') });
 }

@@ -385,6 +385,15 @@ describe('gpu against a platform whose machine runs workloads', () => {
       expect(followed.code, followed.stderr).toBe(0);
       expect(followed.stdout).toBe('step\n');
       expect(followed.stderr).toMatch(/^note\njob succeeded; spent \d+\.\d+\n$/);
+      // With --json: one object on standard output, the logs in it.
+      const asJson = await renter.gpu(['jobs', 'logs', submitted.id, '--json']);
+      expect(asJson.code, asJson.stderr).toBe(0);
+      expect(JSON.parse(asJson.stdout)).toMatchObject({
+        id: submitted.id,
+        state: 'succeeded',
+        stdout: 'step\n',
+        stderr: 'note\n',
+      });
       const shown = answer(await renter.gpu(['jobs', 'show', submitted.id, '--json']));
       expect(shown).toMatchObject({ state: 'succeeded', reason: null });
       expect(shown.attempts.map((a: { provider_id: string }) => a.provider_id)).toEqual([machineId]);
@@ -420,6 +429,9 @@ describe('gpu against a platform whose machine runs workloads', () => {
       const failed = await renter.gpu(['jobs', 'logs', failing.id, '-f']);
       expect(failed.code).toBe(1);
       expect(failed.stderr).toContain('job failed (workload_exited: the workload exited with 4)');
+      const failedJson = await renter.gpu(['jobs', 'logs', failing.id, '-f', '--json']);
+      expect(failedJson.code).toBe(1);
+      expect(JSON.parse(failedJson.stdout)).toMatchObject({ state: 'failed', reason: expect.stringContaining('4') });
     } finally {
       clearInterval(beat);
       await background.stop();

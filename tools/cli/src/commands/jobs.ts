@@ -23,7 +23,7 @@ import {
 } from '../cli.ts';
 import { time, tokens } from '../format.ts';
 import { payingWallet } from '../wallet-choice.ts';
-import { printLogs } from '../workload.ts';
+import { collector, printLogs } from '../workload.ts';
 import { type WorkloadOptions, workloadOptions, workloadSpec } from './sessions.ts';
 
 type Job = BillingSchemas['Job'];
@@ -92,7 +92,13 @@ async function readJob(ctx: Context, id: string): Promise<Job> {
  * The job's logs: its latest attempt's, or with `follow` each attempt's in turn as they run, until the job ends. The
  * job at the end.
  */
-async function followJob(ctx: Context, id: string, follow: boolean): Promise<Job> {
+/** Where a job's logs go: the terminal's streams, or (with --json) collectors. */
+interface LogStreams {
+  stdout: NodeJS.WritableStream;
+  stderr: NodeJS.WritableStream;
+}
+
+async function followJob(ctx: Context, id: string, follow: boolean, out: LogStreams): Promise<Job> {
   let job = await readJob(ctx, id);
   let shown: string | null = null;
   for (;;) {
@@ -100,13 +106,15 @@ async function followJob(ctx: Context, id: string, follow: boolean): Promise<Job
     if (session && session !== shown) {
       if (shown !== null || job.attempts.length > 1) {
         const a = job.attempts.at(-1);
-        process.stderr.write(`-- attempt ${a?.n} on machine ${a?.provider_id} (session ${session})\n`);
+        out.stderr.write(`-- attempt ${a?.n} on machine ${a?.provider_id} (session ${session})\n`);
       }
       shown = session;
-      await printLogs(ctx, session, { follow, stdout: process.stdout, stderr: process.stderr });
+      await printLogs(ctx, session, { follow, ...out });
     }
     if (!follow) {
-      if (!session) process.stderr.write(`job ${id} has not run yet (${job.state}: ${job.reason ?? 'waiting'})\n`);
+      if (!session && !ctx.json) {
+        process.stderr.write(`job ${id} has not run yet (${job.state}: ${job.reason ?? 'waiting'})\n`);
+      }
       return job;
     }
     job = await readJob(ctx, id);
@@ -263,10 +271,15 @@ export function jobCommands(program: Command) {
     .option('-f, --follow', 'print what comes, attempt after attempt, until the job ends')
     .action(async (id: string, opts: { follow?: boolean }) => {
       const ctx = context(program);
-      const job = await followJob(ctx, id, opts.follow === true);
-      if (!opts.follow) return;
-      process.stderr.write(`job ${job.state}${job.reason ? ` (${job.reason})` : ''}; spent ${tokens(job.spent)}\n`);
-      if (job.state !== 'succeeded') throw new ExitStatus(1);
+      const kept = ctx.json ? { stdout: collector(), stderr: collector() } : undefined;
+      const job = await followJob(ctx, id, opts.follow === true, kept ?? process);
+      if (kept) {
+        const { id: jobId, state, reason, spent } = job;
+        printJson({ id: jobId, state, reason, spent, stdout: kept.stdout.text(), stderr: kept.stderr.text() });
+      } else if (opts.follow) {
+        process.stderr.write(`job ${job.state}${job.reason ? ` (${job.reason})` : ''}; spent ${tokens(job.spent)}\n`);
+      }
+      if (opts.follow && job.state !== 'succeeded') throw new ExitStatus(1);
     });
 
   jobs

@@ -2,7 +2,6 @@
  * Rentals: `sessions` (yours), `rent` (start one, optionally running a workload), `logs` (a workload's logs, or
  * followed with -f), `run` (rent with a workload, follow it, fetch its outputs, exit with its exit code), `end`.
  */
-import { Writable } from 'node:stream';
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common/duration';
 import { type Command, InvalidArgumentError, Option } from 'commander';
@@ -24,7 +23,15 @@ import { duration, time, tokens } from '../format.ts';
 import { everyPage } from '../paging.ts';
 import { endedBeforeRunning, untilRunning } from '../waiting.ts';
 import { payingWallet } from '../wallet-choice.ts';
-import { downloadOutputs, exitStatusOf, machineGone, printLogs, type Workload, workloadOf } from '../workload.ts';
+import {
+  collector,
+  downloadOutputs,
+  exitStatusOf,
+  machineGone,
+  printLogs,
+  type Workload,
+  workloadOf,
+} from '../workload.ts';
 
 type WorkloadSpec = BillingSchemas['WorkloadSpecInput'];
 type Session = BillingSchemas['Session'];
@@ -225,18 +232,6 @@ async function workloadsOf(ctx: Context, sessions: Session[]): Promise<Map<strin
     for (const w of batch) found.set(w.session_id, w);
   }
   return found;
-}
-
-/** A stream that keeps what is written to it, as text. */
-function collector(): Writable & { text(): string } {
-  const chunks: Buffer[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      chunks.push(chunk);
-      done();
-    },
-  });
-  return Object.assign(sink, { text: () => Buffer.concat(chunks).toString('utf8') });
 }
 
 export function sessionCommands(program: Command) {
