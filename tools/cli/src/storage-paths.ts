@@ -1,7 +1,7 @@
 /**
  * The paths `gpu storage cp|rm|ls` take, as `cp`, `scp` and `aws s3 cp` read theirs: `gpu:<key>` names an object of
  * your folder (or of `--bucket`), `gpu:<prefix>/` and `gpu:` alone a remote folder (every key under the prefix),
- * anything else a local path (`-`: standard input or output). A copy into a folder (a `gpu:` path ending in `/`, a
+ * anything else a local path (`-`: standard output). A copy into a folder (a `gpu:` path ending in `/`, a
  * local path ending in `/` or naming a directory) takes the source's base name; a copy of a folder (`-r`) copies what
  * is under it, each at its path relative to the folder. Messages name objects as the user does (`gpu:dir/file`), never
  * as the store holds them.
@@ -9,12 +9,23 @@
 import { statSync } from 'node:fs';
 import path from 'node:path';
 import { ApiError, type ObjectRef } from '@gpu/client';
+import { UsageError } from './cli.ts';
 
 const REMOTE = 'gpu:';
 
-/** The key or prefix a `gpu:` path names; undefined for a local path. */
+/**
+ * The key or prefix a `gpu:` path names; undefined for a local path. A key is relative to your folder: `gpu:/x` (as
+ * scp names an absolute path) is a usage error naming `gpu:x`, not a key the store would refuse.
+ */
 export function remoteKey(arg: string): string | undefined {
-  return arg.startsWith(REMOTE) ? arg.slice(REMOTE.length) : undefined;
+  if (!arg.startsWith(REMOTE)) return undefined;
+  const key = arg.slice(REMOTE.length);
+  if (key.startsWith('/')) {
+    throw new UsageError(
+      `${arg}: keys are relative to your folder, with no leading / (${REMOTE}${key.replace(/^\/+/, '')})`,
+    );
+  }
+  return key;
 }
 
 /** Whether a key names a remote folder: empty (all of yours) or ending in `/`. */

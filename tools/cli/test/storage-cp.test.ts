@@ -144,6 +144,9 @@ describe('gpu storage cp and rm', () => {
     expect(named2).toMatchObject({ code: 2, stderr: expect.stringContaining('gpu:docs is a folder: copy it with -r') });
     const localFolder = await gpu(['storage', 'cp', into, 'gpu:docs/']);
     expect(localFolder).toMatchObject({ code: 2, stderr: `gpu: ${into} is a directory: copy a folder with -r\n` });
+    // A key has no leading / (as scp would name an absolute path): said, nothing sent.
+    const absolute = await gpu(['storage', 'cp', join(into, 'notes.txt'), 'gpu:/docs/x.txt']);
+    expect(absolute).toMatchObject({ code: 2, stderr: expect.stringContaining('no leading / (gpu:docs/x.txt)') });
   });
 
   it('copies a folder up and down with -r, its files side by side (4 at once) under one progress bar', async () => {
