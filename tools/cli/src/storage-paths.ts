@@ -1,7 +1,7 @@
 /**
  * The paths `gpu storage cp|rm|ls` take, as `cp`, `scp` and `aws s3 cp` read theirs: `gpu:<key>` names an object of
  * your folder (or of `--bucket`), `gpu:<prefix>/` and `gpu:` alone a remote folder (every key under the prefix),
- * anything else a local path (`-`: standard output). A copy into a folder (a `gpu:` path ending in `/`, a
+ * anything else a local path (`-`: standard input or output). A copy into a folder (a `gpu:` path ending in `/`, a
  * local path ending in `/` or naming a directory) takes the source's base name; a copy of a folder (`-r`) copies what
  * is under it, each at its path relative to the folder. Messages name objects as the user does (`gpu:dir/file`), never
  * as the store holds them.

@@ -4,8 +4,9 @@
  * time, one progress bar for all. A file of `RESUMABLE_FROM` bytes or more goes up in parts, resumably
  * (resumable.ts); a smaller one in one request, streamed from the file.
  */
-import { createReadStream } from 'node:fs';
-import { open, readdir, stat } from 'node:fs/promises';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdtemp, open, readdir, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { ObjectInfo, ObjectRef } from '@gpu/client';
@@ -14,7 +15,7 @@ import { type Context, UsageError } from './cli.ts';
 import { localError, locally } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
 import { RESUMABLE_FROM, resumableUpload } from './resumable.ts';
-import { asPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
+import { asPrefix, isPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
 
 /** Files sent at once by `cp -r`. */
 export const FILES_AT_ONCE = 4;
@@ -24,8 +25,9 @@ export interface CopyOptions {
   recursive: boolean;
 }
 
-/** Copies a local file or folder to `key` (a remote folder when it ends in `/`): the objects stored. */
+/** Copies a local file or folder (`-`: standard input) to `key` (a remote folder when it ends in `/`): the objects stored. */
 export async function copyUp(ctx: Context, from: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
+  if (from === '-') return [await uploadStandardInput(ctx, key, opts)];
   const found = await locally('read', from, () => stat(from));
   if (found.isDirectory()) {
     if (!opts.recursive) throw new UsageError(`${from} is a directory: copy a folder with -r`);
@@ -37,6 +39,31 @@ export async function copyUp(ctx: Context, from: string, key: string, opts: Copy
     return [await uploadFile(ctx, from, found.size, ref, progress)];
   } finally {
     progress.stop();
+  }
+}
+
+/**
+ * Standard input to one object (as `aws s3 cp - s3://bucket/key`): kept in a temporary file of this machine's until
+ * it ends (its length is then known, and a large one goes in parts that resume), then sent as a file; the temporary
+ * file is removed whatever happens.
+ */
+async function uploadStandardInput(ctx: Context, key: string, opts: CopyOptions): Promise<ObjectInfo> {
+  if (opts.recursive) throw new UsageError('-r copies folders, not standard input');
+  if (isPrefix(key)) throw new UsageError(`standard input has no name: name the object (${shown(`${key}name`)})`);
+  const dir = await mkdtemp(path.join(tmpdir(), 'gpu-stdin-'));
+  try {
+    const file = path.join(dir, 'stdin');
+    await locally('write', file, () => pipeline(process.stdin, createWriteStream(file, { mode: 0o600 })));
+    const { size } = await stat(file);
+    const ref = refOf(key, opts.bucket);
+    const progress = transferProgress(`- -> ${shown(ref.key)}`, size, { json: ctx.json });
+    try {
+      return await uploadFile(ctx, file, size, ref, progress);
+    } finally {
+      progress.stop();
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 }
 

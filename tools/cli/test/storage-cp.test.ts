@@ -144,6 +144,20 @@ describe('gpu storage cp and rm', () => {
     expect(named2).toMatchObject({ code: 2, stderr: expect.stringContaining('gpu:docs is a folder: copy it with -r') });
     const localFolder = await gpu(['storage', 'cp', into, 'gpu:docs/']);
     expect(localFolder).toMatchObject({ code: 2, stderr: `gpu: ${into} is a directory: copy a folder with -r\n` });
+    // Standard input up (as aws s3 cp -), under the name given; a folder or -r has no name for it.
+    const piped = await gpu(['storage', 'cp', '-', 'gpu:docs/piped.txt', '--json'], { input: 'from a pipe\n' });
+    expect(piped.code, piped.stderr).toBe(0);
+    expect(answer(piped)).toMatchObject({ key: 'docs/piped.txt', size: 12 });
+    expect((await gpu(['storage', 'cp', 'gpu:docs/piped.txt', '-'])).stdout).toBe('from a pipe\n');
+    for (const args of [
+      ['-', 'gpu:docs/'],
+      ['-r', '-', 'gpu:docs/x'],
+    ]) {
+      expect(await gpu(['storage', 'cp', ...args], { input: 'x' }), args.join(' ')).toMatchObject({
+        code: 2,
+        stdout: '',
+      });
+    }
     // A key has no leading / (as scp would name an absolute path): said, nothing sent.
     const absolute = await gpu(['storage', 'cp', join(into, 'notes.txt'), 'gpu:/docs/x.txt']);
     expect(absolute).toMatchObject({ code: 2, stderr: expect.stringContaining('no leading / (gpu:docs/x.txt)') });

@@ -81,6 +81,7 @@ export function storageCommands(program: Command) {
         '  gpu storage cp data.csv gpu:datasets/           stored as datasets/data.csv',
         '  gpu storage cp gpu:datasets/data.csv .          written to ./data.csv',
         '  gpu storage cp gpu:logs/out.txt -               to standard output',
+        '  tar c runs | gpu storage cp - gpu:runs.tar      from standard input (named: it has no name of its own)',
         '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
         '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
       ].join('\n'),
@@ -97,7 +98,6 @@ export function storageCommands(program: Command) {
         }
         const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true };
         if (up !== undefined) {
-          if (from === '-') throw new UsageError('cp copies files up, not standard input');
           const stored = await copyUp(ctx, from, up, copy);
           show(
             ctx.json,
