@@ -339,6 +339,7 @@ describe('two billing instances on one PostgreSQL and one NATS', () => {
     const reports = load(sessions, 'one', 'roll');
     const http = () => reports.attempts.filter((x) => x.via !== 'nats');
     for (const instance of [a, b]) {
+      const roundStart = Date.now();
       await sleep(700);
       // Signalled while it works on requests: the sessions' rows are locked, so the reports it has wait inside it
       // (in the database) until after the signal.
@@ -361,11 +362,14 @@ describe('two billing instances on one PostgreSQL and one NATS', () => {
       await reports.pause();
       // What it was sent before the signal, it answered; after it, it refused (503 while closing, or no
       // connection). "Before" allows the time a request takes to reach it: on a busy host, as long as its slowest
-      // answer took before the sessions were locked (answers after that wait for the lock on purpose).
+      // answer of this round took before the sessions were locked (answers after that, and those of the round before
+      // this one, waited for a lock on purpose).
       const sent = http().filter((x) => x.via === instance.name);
       const reach = Math.max(
         100,
-        ...sent.filter((x) => accepted(x) && (x.settledAt ?? lockedAt) < lockedAt).map((x) => x.settledAt! - x.sentAt),
+        ...sent
+          .filter((x) => x.sentAt >= roundStart && accepted(x) && (x.settledAt ?? lockedAt) < lockedAt)
+          .map((x) => x.settledAt! - x.sentAt),
       );
       expect(
         sent.filter((x) => x.sentAt < signalledAt - reach && !accepted(x)).map((x) => x.status),

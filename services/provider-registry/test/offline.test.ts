@@ -1,6 +1,7 @@
 import { type CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { offlineAfterMs } from '../src/config.ts';
 import type { RegistryDB } from '../src/db/schema.ts';
 import { sweepOffline } from '../src/db/status-repository.ts';
 import { AUTO_OFFLINE_FROM } from '../src/domain/provider.ts';
@@ -68,6 +69,7 @@ const shown = async (id: string) => (await h.app.inject({ method: 'GET', url: `/
 describe('automatic offline', () => {
   it('defaults the bound to three heartbeat intervals', async () => {
     const p = await register(h.app);
+    expect(offlineAfterMs(h.config)).toBe(BOUND_MS);
     // Heard from a third of the bound ago: idle for two seconds more, however slowly the read comes.
     await ageProvider(h.database, p.id, BOUND_MS - 2000);
     expect(await shown(p.id)).toBe('idle');

@@ -137,6 +137,16 @@ export function collect(value: string, previous: string[] = []): string[] {
 }
 
 /** A repeatable option whose values are among `choices`, in order; a usage error for another. */
+/** A comma-separated list of `choices` (`completed,terminated`), each checked: the values, in order. */
+export function listOf(choices: readonly string[]) {
+  return (value: string): string[] => {
+    const values = value.split(',').map((v) => v.trim());
+    const bad = values.find((v) => !choices.includes(v));
+    if (bad !== undefined) throw new InvalidArgumentError(`${bad} is not one of ${choices.join(', ')}`);
+    return values;
+  };
+}
+
 export function oneOf(choices: readonly string[]) {
   return (value: string, previous: string[] = []) => {
     if (!choices.includes(value)) throw new InvalidArgumentError(`one of ${choices.join(', ')}`);

@@ -88,6 +88,8 @@ export async function resumableUpload(
   file: string,
   ref: ObjectRef,
   progress: Progress,
+  /** false: the file will not be there again (standard input's): a failure aborts the upload, nothing kept. */
+  resumable = true,
 ): Promise<ObjectInfo> {
   const key = pendingKey(file, ref);
   const { pending, upload } = await resumeOrStart(ctx, file, ref, key);
@@ -119,9 +121,15 @@ export async function resumableUpload(
     }
   });
   if (failure !== undefined) {
-    process.stderr.write(
-      `upload interrupted with ${stored.size} of ${count} parts stored: run the same command again to resume\n`,
-    );
+    if (resumable) {
+      process.stderr.write(
+        `upload interrupted with ${stored.size} of ${count} parts stored: run the same command again to resume\n`,
+      );
+    } else {
+      await ctx.objects.uploads.abort(pending.upload_id).catch(() => {});
+      remember(ctx, key, undefined);
+      process.stderr.write('upload interrupted: nothing stored (standard input cannot be read again)\n');
+    }
     throw localError(failure, 'read', file);
   }
   const now = statSync(file);

@@ -4,7 +4,7 @@
  * time, one progress bar for all. A file of `RESUMABLE_FROM` bytes or more goes up in parts, resumably
  * (resumable.ts); a smaller one in one request, streamed from the file.
  */
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, rmSync } from 'node:fs';
 import { mkdtemp, open, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -51,6 +51,13 @@ async function uploadStandardInput(ctx: Context, key: string, opts: CopyOptions)
   if (opts.recursive) throw new UsageError('-r copies folders, not standard input');
   if (isPrefix(key)) throw new UsageError(`standard input has no name: name the object (${shown(`${key}name`)})`);
   const dir = await mkdtemp(path.join(tmpdir(), 'gpu-stdin-'));
+  // Interrupted (Ctrl-C, a stop), the copy of standard input goes with the run.
+  const removeAndExit = (signal: NodeJS.Signals) => {
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.once('SIGINT', removeAndExit);
+  process.once('SIGTERM', removeAndExit);
   try {
     const file = path.join(dir, 'stdin');
     await locally('write', file, () => pipeline(process.stdin, createWriteStream(file, { mode: 0o600 })));
@@ -58,11 +65,13 @@ async function uploadStandardInput(ctx: Context, key: string, opts: CopyOptions)
     const ref = refOf(key, opts.bucket);
     const progress = transferProgress(`- -> ${shown(ref.key)}`, size, { json: ctx.json });
     try {
-      return await uploadFile(ctx, file, size, ref, progress);
+      return await uploadFile(ctx, file, size, ref, progress, false);
     } finally {
       progress.stop();
     }
   } finally {
+    process.off('SIGINT', removeAndExit);
+    process.off('SIGTERM', removeAndExit);
     await rm(dir, { recursive: true, force: true });
   }
 }
@@ -74,11 +83,12 @@ async function uploadFile(
   size: number,
   ref: ObjectRef,
   progress: Progress,
+  resumable = true,
 ): Promise<ObjectInfo> {
   // A file that cannot be read says so before anything is sent.
   await locally('read', file, async () => (await open(file, 'r')).close());
   try {
-    if (size >= RESUMABLE_FROM) return await resumableUpload(ctx, file, ref, progress);
+    if (size >= RESUMABLE_FROM) return await resumableUpload(ctx, file, ref, progress, resumable);
     const counted = progress.counter();
     // A file that fails while it is read ends the upload with its error (pipeline destroys what follows it).
     pipeline(createReadStream(file), counted).catch(() => {});

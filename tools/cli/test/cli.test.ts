@@ -403,7 +403,13 @@ describe('gpu against a platform whose machine runs workloads', () => {
       const listed = answer(await renter.gpu(['jobs', 'list', '--state', 'succeeded', '--json']));
       expect(listed.map((j: { id: string }) => j.id)).toContain(submitted.id);
       // A state billing has not, or a fallback without a bid to fall back from: usage errors, nothing asked.
-      expect((await renter.gpu(['jobs', 'list', '--state', 'done'])).code).toBe(2);
+      expect(await renter.gpu(['jobs', 'list', '--state', 'done'])).toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining('done is not one of queued'),
+      });
+      // A list, as billing takes it.
+      const both = answer(await renter.gpu(['jobs', 'list', '--state', 'succeeded,failed', '--json']));
+      expect(both.map((j: { id: string }) => j.id)).toContain(submitted.id);
       const fallback = await renter.gpu([
         'jobs',
         'submit',
@@ -414,7 +420,11 @@ describe('gpu against a platform whose machine runs workloads', () => {
         '--',
         'true',
       ]);
-      expect(fallback).toMatchObject({ code: 2, stdout: '' });
+      expect(fallback).toMatchObject({
+        code: 2,
+        stdout: '',
+        stderr: expect.stringContaining('--on-demand-fallback is for'),
+      });
       // Terms no machine could meet: refused, naming what is missing; with --wait-for-capacity, queued.
       const nine = ['jobs', 'submit', ...terms, '--gpus', '9', '--max-price', '100'];
       refused(await renter.gpu([...nine, '--', 'true']), 'NO_MACHINE_COULD_MEET');
@@ -461,9 +471,19 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await renter.gpu(['wallet', 'withdraw', walletId, '--amount', '1e3'])).code).toBe(2);
     expect((await renter.gpu(['wallet', 'withdraw', walletId])).code).toBe(2);
     // A deposit's options that do nothing on their own: usage errors.
-    expect((await renter.gpu(['wallet', 'deposit', walletId, '--amount', '5'])).code).toBe(2);
-    expect((await renter.gpu(['wallet', 'deposit', walletId, '--rpc', 'http://127.0.0.1:1'])).code).toBe(2);
-    expect((await renter.gpu(['sessions', '--status', 'done'])).code).toBe(2);
+    expect(await renter.gpu(['wallet', 'deposit', walletId, '--amount', '5'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--amount is what --keypair sends'),
+    });
+    expect(await renter.gpu(['wallet', 'deposit', walletId, '--rpc', 'http://127.0.0.1:1'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--rpc is the chain --keypair sends through'),
+    });
+    expect(await renter.gpu(['sessions', '--status', 'done'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('done is not one of active'),
+    });
+    expect((await renter.gpu(['sessions', '--status', 'completed,terminated'])).code).toBe(0);
   });
 
   it("serves the provider: its machines, the machine's rates set and shown, its earnings, a payout asked for", async () => {
@@ -531,7 +551,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
     refused(await renter.gpu(['bid', bidId!, '--price', '0.1']), 'BID_BELOW_FLOOR');
     refused(await provider.gpu(['bid', bidId!, '--price', '2']), 'NOT_SESSION_RENTER');
     expect((await renter.gpu(['bid', bidId!])).code).toBe(2);
-    expect((await renter.gpu(['bid', bidId!, '--price', '1e3'])).code).toBe(2);
+    expect(await renter.gpu(['bid', bidId!, '--price', '1e3'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--price takes a decimal amount'),
+    });
     expect((await renter.gpu(['end', bidId!])).code).toBe(0);
   });
 

@@ -346,7 +346,7 @@ describe('money, rentals and sessions', () => {
     expect(field(quote.stdout, 'platform fee (of it)')).toMatch(/^0\.14\d{4}$/);
     // A duration billing would not read: a usage error, nothing asked.
     const bad = await renter.gpu(['quote', '--machine', machines.rtx, '--gpu-model', 'RTX 4090', '--hours', 'two']);
-    expect(bad).toMatchObject({ code: 2, stdout: '' });
+    expect(bad).toMatchObject({ code: 2, stdout: '', stderr: expect.stringContaining('--hours takes a decimal') });
   });
 });
 

@@ -6,7 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common/duration';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import {
   amount,
   type Context,
@@ -14,6 +14,7 @@ import {
   count,
   ExitStatus,
   idempotencyKey,
+  listOf,
   megabytes,
   printJson,
   reliabilityScore,
@@ -88,15 +89,16 @@ async function readJob(ctx: Context, id: string): Promise<Job> {
   return unwrap(await ctx.billing.GET('/api/v1/billing/jobs/{jobID}', { params: { path: { jobID: id } } }));
 }
 
-/**
- * The job's logs: its latest attempt's, or with `follow` each attempt's in turn as they run, until the job ends. The
- * job at the end.
- */
 /** Where a job's logs go: the terminal's streams, or (with --json) collectors. */
 interface LogStreams {
   stdout: NodeJS.WritableStream;
   stderr: NodeJS.WritableStream;
 }
+
+/**
+ * The job's logs: its latest attempt's, or with `follow` each attempt's in turn as they run, until the job ends. The
+ * job at the end. The line that says another attempt began goes to standard error, never into the logs kept.
+ */
 
 async function followJob(ctx: Context, id: string, follow: boolean, out: LogStreams): Promise<Job> {
   let job = await readJob(ctx, id);
@@ -106,7 +108,7 @@ async function followJob(ctx: Context, id: string, follow: boolean, out: LogStre
     if (session && session !== shown) {
       if (shown !== null || job.attempts.length > 1) {
         const a = job.attempts.at(-1);
-        out.stderr.write(`-- attempt ${a?.n} on machine ${a?.provider_id} (session ${session})\n`);
+        process.stderr.write(`-- attempt ${a?.n} on machine ${a?.provider_id} (session ${session})\n`);
       }
       shown = session;
       await printLogs(ctx, session, { follow, ...out });
@@ -215,16 +217,16 @@ export function jobCommands(program: Command) {
   jobs
     .command('list')
     .description('your jobs, newest first')
-    .addOption(
-      new Option('--state <state>', 'only jobs in this state (open: queued, placing, running or recovering)').choices(
-        JOB_STATES,
-      ),
+    .option(
+      '--state <states>',
+      `only jobs in these states, separated by commas: ${JOB_STATES.join(', ')} (open: not ended)`,
+      listOf(JOB_STATES),
     )
-    .action(async (opts: { state?: string }) => {
+    .action(async (opts: { state?: string[] }) => {
       const ctx = context(program);
       const list = unwrap(
         await ctx.billing.GET('/api/v1/billing/jobs', {
-          params: { query: (opts.state ? { state: [opts.state] } : {}) as never },
+          params: { query: (opts.state ? { state: opts.state } : {}) as never },
         }),
       );
       show(

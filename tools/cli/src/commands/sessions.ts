@@ -4,7 +4,7 @@
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
 import { parseDuration } from '@gpu/common/duration';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { Decimal } from 'decimal.js';
 import {
   amount,
@@ -14,6 +14,7 @@ import {
   count,
   ExitStatus,
   idempotencyKey,
+  listOf,
   printJson,
   show,
   showRecord,
@@ -242,13 +243,14 @@ export function sessionCommands(program: Command) {
         "workload's exit code (or how it ended otherwise) and its cost; with --json each session with its workload " +
         '(null for none)',
     )
-    .addOption(
-      new Option('--status <status>', 'only sessions in this status (running: active and grace_period)').choices(
-        SESSION_STATUSES,
-      ),
+    .option(
+      '--status <statuses>',
+      `only sessions in these statuses, separated by commas: ${SESSION_STATUSES.join(', ')} (running: active and ` +
+        'grace_period)',
+      listOf(SESSION_STATUSES),
     )
     .option('--limit <n>', 'at most this many (the newest)', count('--limit'), 20)
-    .action(async (opts: { status?: string; limit: number }) => {
+    .action(async (opts: { status?: string[]; limit: number }) => {
       const ctx = context(program);
       const list = await everyPage(
         (cursor) =>
@@ -257,7 +259,7 @@ export function sessionCommands(program: Command) {
               query: {
                 limit: Math.min(opts.limit, 1000),
                 ...(cursor ? { cursor } : {}),
-                ...(opts.status ? { status: [opts.status as Session['status']] } : {}),
+                ...(opts.status ? { status: opts.status as Session['status'][] } : {}),
               },
             },
           }),

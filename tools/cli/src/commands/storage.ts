@@ -66,11 +66,12 @@ export function storageCommands(program: Command) {
     .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, or down from them')
     .description(
       'copy a file or (with -r) a folder up or down, as cp, scp and aws s3 cp do: one side is a gpu: path, the other ' +
-        'a local one (-: standard output). A destination ending in / (gpu:<prefix>/, or a local directory) takes the ' +
-        "source's name; -r copies what is under a local folder or a remote prefix, 4 files at once. A transfer of 1 " +
+        'a local one (-: standard input up, standard output down). A file copied to a destination ending in / ' +
+        "(gpu:<prefix>/, or a local directory) takes the file's name; -r copies what is under a local folder or a " +
+        'remote prefix, the destination being the copy (as aws s3 cp --recursive), 4 files at once. A transfer of 1 ' +
         'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
         'more goes up in parts, 4 at once, resumably: run the same command again after an interruption and only the ' +
-        'parts that did not arrive are sent. A download is written to a temporary file beside its target ' +
+        'parts that did not arrive are sent (not standard input, which cannot be read again). A download is written to a temporary file beside its target ' +
         '(.<name>.<tag>.gpu-download), renamed when whole: run again, it asks only for the bytes still missing',
     )
     .addHelpText(
