@@ -136,7 +136,6 @@ export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
-/** A repeatable option whose values are among `choices`, in order; a usage error for another. */
 /** A comma-separated list of `choices` (`completed,terminated`), each checked: the values, in order. */
 export function listOf(choices: readonly string[]) {
   return (value: string): string[] => {
@@ -147,6 +146,7 @@ export function listOf(choices: readonly string[]) {
   };
 }
 
+/** A repeatable option whose values are among `choices`, in order; a usage error for another. */
 export function oneOf(choices: readonly string[]) {
   return (value: string, previous: string[] = []) => {
     if (!choices.includes(value)) throw new InvalidArgumentError(`one of ${choices.join(', ')}`);

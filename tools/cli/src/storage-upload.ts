@@ -25,7 +25,10 @@ export interface CopyOptions {
   recursive: boolean;
 }
 
-/** Copies a local file or folder (`-`: standard input) to `key` (a remote folder when it ends in `/`): the objects stored. */
+/**
+ * Copies a local file or folder (`-`: standard input) to `key` (a remote folder when it ends in `/`): the objects
+ * stored.
+ */
 export async function copyUp(ctx: Context, from: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
   if (from === '-') return [await uploadStandardInput(ctx, key, opts)];
   const found = await locally('read', from, () => stat(from));

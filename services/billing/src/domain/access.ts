@@ -28,10 +28,10 @@ export function assertWalletHolder(actor: Principal, wallet: { id: string; holde
 }
 
 /**
- * That the actor may send a wallet's money to `destination`: the wallet's own address, or another that its holder (their own
- * token or API key) names, or anyone while access control is off; else 403 DESTINATION_NOT_ALLOWED. An admin or a
- * platform service acting on someone else's wallet pays only the wallet's own address (which its holder chose), so a
- * leaked or misused privileged token cannot send anyone's money elsewhere.
+ * That the actor may send a wallet's money to `destination`: the wallet's own address, or another that its holder
+ * (their own token or API key) names, or anyone while access control is off; else 403 DESTINATION_NOT_ALLOWED. An
+ * admin or a platform service acting on someone else's wallet pays only the wallet's own address (which its holder
+ * chose), so a leaked or misused privileged token cannot send anyone's money elsewhere.
  */
 export function assertMayPayTo(
   actor: Principal,

@@ -99,7 +99,6 @@ interface LogStreams {
  * The job's logs: its latest attempt's, or with `follow` each attempt's in turn as they run, until the job ends. The
  * job at the end. The line that says another attempt began goes to standard error, never into the logs kept.
  */
-
 async function followJob(ctx: Context, id: string, follow: boolean, out: LogStreams): Promise<Job> {
   let job = await readJob(ctx, id);
   let shown: string | null = null;

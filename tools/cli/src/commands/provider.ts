@@ -5,7 +5,7 @@
  * `payout-settings` (pay out automatically at each session's end, or not).
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import {
   amount,
   type Context,
@@ -189,12 +189,14 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
     .description(
       "show a machine's automatic payout (its earnings paid out at each session's end); --auto on|off changes it",
     )
-    .option('--auto <on|off>', 'pay the earnings out automatically (on) or only when asked (off)')
+    .addOption(
+      new Option('--auto <on|off>', 'pay the earnings out automatically (on) or only when asked (off)').choices([
+        'on',
+        'off',
+      ]),
+    )
     .option('--to <address>', "with --auto on: the owner address to pay (default: the machine's wallet address)")
-    .action(async (machineId: string, opts: { auto?: string; to?: string }) => {
-      if (opts.auto !== undefined && opts.auto !== 'on' && opts.auto !== 'off') {
-        throw new UsageError(`--auto takes on or off, not ${opts.auto}`);
-      }
+    .action(async (machineId: string, opts: { auto?: 'on' | 'off'; to?: string }) => {
       if (opts.to !== undefined && opts.auto !== 'on') {
         throw new UsageError('--to names where automatic payouts go: give it with --auto on');
       }

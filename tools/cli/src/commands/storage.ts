@@ -71,8 +71,9 @@ export function storageCommands(program: Command) {
         'remote prefix, the destination being the copy (as aws s3 cp --recursive), 4 files at once. A transfer of 1 ' +
         'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
         'more goes up in parts, 4 at once, resumably: run the same command again after an interruption and only the ' +
-        'parts that did not arrive are sent (not standard input, which cannot be read again). A download is written to a temporary file beside its target ' +
-        '(.<name>.<tag>.gpu-download), renamed when whole: run again, it asks only for the bytes still missing',
+        'parts that did not arrive are sent (not standard input, which cannot be read again). A download is written ' +
+        'to a temporary file beside its target (.<name>.<tag>.gpu-download), renamed when whole: run again, it asks ' +
+        'only for the bytes still missing',
     )
     .addHelpText(
       'after',

@@ -58,6 +58,10 @@ interface Kept {
   files: SessionFiles | null;
 }
 
+/** Whether the session's job waits for a final checkpoint from it that has not been kept (or said not to come). */
+const owesFinalCheckpoint = (kept: Kept): boolean =>
+  Boolean(kept.record.checkpoint_max_bytes) && !kept.record.checkpoint_done;
+
 /**
  * Removes a session's directory but its logs (whatever it held: a filesystem of its own, inputs, a million files),
  * without blocking the event loop; never fails the caller.
@@ -200,9 +204,7 @@ export class FileKeeper {
         await kept.files.uploadOutputs(disk ? path.join(disk.workDir, 'output') : null, kept.record.max_path_bytes);
         // After its outputs, which a checkpoint the store cannot take yet never holds up. No disk left: none comes.
         if (disk) await this.keepFinalCheckpoint(sessionId, kept, disk.workDir);
-        else if (kept.record.checkpoint_max_bytes && !kept.record.checkpoint_done) {
-          await this.noFinalCheckpoint(sessionId, kept);
-        }
+        else if (owesFinalCheckpoint(kept)) await this.noFinalCheckpoint(sessionId, kept);
       }
       this.sessions.delete(sessionId);
       await removeAllButLogs(kept.dir, this.logger);
@@ -219,9 +221,7 @@ export class FileKeeper {
       );
       if (final) {
         // Its final checkpoint will not come either: said, so that its job is not kept waiting for it.
-        if (kept.record.checkpoint_max_bytes && !kept.record.checkpoint_done) {
-          await this.noFinalCheckpoint(sessionId, kept).catch(() => {});
-        }
+        if (owesFinalCheckpoint(kept)) await this.noFinalCheckpoint(sessionId, kept).catch(() => {});
         this.sessions.delete(sessionId);
         await removeAllButLogs(kept.dir, this.logger);
         this.finish(kept);
@@ -232,9 +232,9 @@ export class FileKeeper {
   }
 
   /**
-   * Tells billing that no final checkpoint will come. A billing out of reach (no answer, 5xx, 429, 401) is told again at the
-   * next poll (thrown: the job waits for this word, `jobs.final_checkpoint_wait` at worst); one that refuses it (another
-   * 4xx) would refuse it again, and waits out its own bound.
+   * Tells billing that no final checkpoint will come. A billing out of reach (no answer, 5xx, 429, 401) is told again
+   * at the next poll (thrown: the job waits for this word, `jobs.final_checkpoint_wait` at worst); one that refuses it
+   * (another 4xx) would refuse it again, and waits out its own bound.
    */
   private async noFinalCheckpoint(sessionId: string, kept: Kept): Promise<void> {
     try {
