@@ -51,8 +51,7 @@ export const DEMO_COMMANDS = {
   runDaemon: (v: Values) => [daemon(v.config ?? 'daemon.yaml'), gpu('provider machines')],
   setRates: (v: Values) => [
     gpu(`provider rates set ${v.machine} --base H100=200`),
-    `curl -s -X PUT ${v.gateway}/api/v1/provider/${v.machine}/payout-settings -H "authorization: Bearer <token>" ` +
-      `-H 'content-type: application/json' -d '{"auto_payout": true, "destination": "${v.address}"}'`,
+    gpu(`provider payout-settings ${v.machine} --auto on --to ${v.address}`),
   ],
   fund: (v: Values) => [`pnpm wallet fund --address ${v.address} --amount ${v.amount}`],
   deposit: (v: Values) => [

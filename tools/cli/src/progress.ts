@@ -18,6 +18,8 @@ export interface Progress {
   add(bytes: number): void;
   /** Ends the bar (left on screen at its last value). */
   stop(): void;
+  /** Writes `line` (ending in a newline) to standard error: at once without a bar, below the bar once it ends. */
+  say(line: string): void;
 }
 
 function counter(onBytes: (n: number) => void): Counter {
@@ -36,6 +38,7 @@ const NONE: Progress = {
   counter: () => counter(() => {}),
   add() {},
   stop() {},
+  say: (line) => process.stderr.write(line),
 };
 
 function mib(bytes: number): string {
@@ -62,5 +65,11 @@ export function transferProgress(label: string, total: number | null, opts: { js
     done += bytes;
     bar.update(done, { done: mib(done) });
   };
-  return { counter: () => counter(add), add, stop: () => bar.stop() };
+  // Lines said while the bar is drawn wait for it to end (the bar keeps its place on screen; they come below it).
+  const said: string[] = [];
+  const stop = () => {
+    bar.stop();
+    for (const line of said.splice(0)) process.stderr.write(line);
+  };
+  return { counter: () => counter(add), add, stop, say: (line) => said.push(line) };
 }

@@ -10,9 +10,9 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo } from '@gpu/client';
-import { forEachLimited } from '@gpu/common/concurrency';
 import { type Context, UsageError } from './cli.ts';
 import { downloadFile, headOf, type ObjectVersion } from './download.ts';
+import { copyEach } from './folder-copy.ts';
 import { locally } from './local-errors.ts';
 import { transferProgress } from './progress.ts';
 import {
@@ -25,7 +25,7 @@ import {
   refOf,
   shown,
 } from './storage-paths.ts';
-import { type CopyOptions, FILES_AT_ONCE } from './storage-upload.ts';
+import type { CopyOptions } from './storage-upload.ts';
 
 /** A file written: the object's key, where it went, its size. */
 export interface Downloaded {
@@ -135,29 +135,13 @@ async function downloadFolder(
   for (const folder of folders) await locally('write', folder, () => mkdir(folder, { recursive: true }));
   const total = files.reduce((sum, f) => sum + f.object.size, 0);
   const progress = transferProgress(`${shown(prefix)} -> ${root} (${files.length} files)`, total, { json: ctx.json });
-  const written: Downloaded[] = [];
-  let failure: unknown;
-  try {
-    await forEachLimited(files, FILES_AT_ONCE, async ({ object, file }, i) => {
-      if (failure !== undefined) return;
-      const version = { size: object.size, etag: object.etag, lastModified: object.last_modified };
-      try {
-        await downloadFile(ctx, refOf(object.key, opts.bucket), file, progress, version);
-        written[i] = { key: object.key, file, size: object.size };
-      } catch (err) {
-        failure ??= err;
-      }
-    });
-  } finally {
-    progress.stop();
-  }
-  if (failure !== undefined) {
-    const done = written.filter(Boolean).length;
-    process.stderr.write(
-      `gpu: ${done} of ${files.length} files of ${shown(prefix)} written before the failure below\n`,
-    );
-    throw failure;
-  }
+  const copies = files.map((f) => ({ ...f, from: shown(f.object.key), to: f.file }));
+  const written = await copyEach(ctx, copies, progress, { what: shown(prefix), done: 'written' }, async (f) => {
+    const { object, file } = f;
+    const version = { size: object.size, etag: object.etag, lastModified: object.last_modified };
+    await downloadFile(ctx, refOf(object.key, opts.bucket), file, progress, version);
+    return { key: object.key, file, size: object.size };
+  });
   process.stderr.write(`${shown(prefix)} -> ${root} (${files.length} files, ${total} bytes)\n`);
   return written;
 }

@@ -1,7 +1,7 @@
 /**
  * `gpu storage cp <file> gpu:<key>` and `cp -r <folder> gpu:<prefix>/`: a file stored under a key (into a remote
  * folder with its base name), a folder's files each under the prefix at its path in the folder, `FILES_AT_ONCE` at a
- * time, one progress bar for all. A file of `RESUMABLE_FROM` bytes or more goes up in parts, resumably
+ * time, one progress bar for all (folder-copy.ts: a file that fails is said, the others go on). A file of `RESUMABLE_FROM` bytes or more goes up in parts, resumably
  * (resumable.ts); a smaller one in one request, streamed from the file.
  */
 import { createReadStream, createWriteStream, rmSync } from 'node:fs';
@@ -10,15 +10,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { ObjectInfo, ObjectRef } from '@gpu/client';
-import { forEachLimited } from '@gpu/common/concurrency';
 import { type Context, UsageError } from './cli.ts';
+import { copyEach } from './folder-copy.ts';
 import { localError, locally } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
 import { RESUMABLE_FROM, resumableUpload } from './resumable.ts';
 import { asPrefix, isPrefix, refOf, shown, uploadKey } from './storage-paths.ts';
-
-/** Files sent at once by `cp -r`. */
-export const FILES_AT_ONCE = 4;
 
 export interface CopyOptions {
   bucket?: string;
@@ -141,24 +138,8 @@ async function uploadFolder(ctx: Context, folder: string, key: string, opts: Cop
   const progress = transferProgress(`${folder} -> ${shown(prefix)} (${files.length} files)`, total, {
     json: ctx.json,
   });
-  const stored: ObjectInfo[] = [];
-  let failure: unknown;
-  try {
-    await forEachLimited(files, FILES_AT_ONCE, async (f, i) => {
-      if (failure !== undefined) return;
-      try {
-        stored[i] = await uploadFile(ctx, f.file, f.size, refOf(`${prefix}${f.relative}`, opts.bucket), progress);
-      } catch (err) {
-        failure ??= err;
-      }
-    });
-  } finally {
-    progress.stop();
-  }
-  if (failure !== undefined) {
-    const done = stored.filter(Boolean).length;
-    process.stderr.write(`gpu: ${done} of ${files.length} files of ${folder} stored before the failure below\n`);
-    throw failure;
-  }
-  return stored;
+  const copies = files.map((f) => ({ ...f, from: f.file, to: shown(`${prefix}${f.relative}`) }));
+  return copyEach(ctx, copies, progress, { what: folder, done: 'stored' }, (f) =>
+    uploadFile(ctx, f.file, f.size, refOf(`${prefix}${f.relative}`, opts.bucket), progress),
+  );
 }

@@ -217,6 +217,56 @@ describe('gpu storage cp and rm', () => {
     expect(downShown).toMatch(/gpu:shown\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
   });
 
+  it('goes on past a file that fails, as aws s3 cp --recursive does, and stops where every file would fail', async () => {
+    const data = folder('partial');
+    for (const name of ['a.txt', 'b.txt', 'c.txt']) writeFileSync(join(data, name), `${name}\n`);
+    const named = (name: string, method: string) => (r: Seen) =>
+      r.method === method && r.url.startsWith('/objects/') && r.url.endsWith(`partial%2F${name}`);
+    // Up: b.txt refused by the store; a and c stored, the failure said with both names, exit 1.
+    const refusedPut = proxy.refuse(named('b.txt', 'PUT'), 502, 'OBJECT_STORE_ERROR');
+    const up = await gpu(['storage', 'cp', '-r', data, 'gpu:partial/']);
+    expect(up.code).toBe(1);
+    expect(up.stderr).toContain(`gpu: failed ${join(data, 'b.txt')} -> gpu:partial/b.txt: OBJECT_STORE_ERROR: `);
+    expect(up.stderr).toContain(`gpu: 1 of 3 files of ${data} failed (each said above), 2 stored`);
+    expect(await keysUnder('partial/')).toEqual(['partial/a.txt', 'partial/c.txt']);
+    // With --json: each failure one JSON object a line, naming both sides.
+    const upJson = await gpu(['storage', 'cp', '-r', data, 'gpu:partial/', '--json']);
+    expect(upJson.code).toBe(1);
+    const lines = upJson.stderr
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines[0]).toMatchObject({ from: join(data, 'b.txt'), to: 'gpu:partial/b.txt', status: 502 });
+    expect(lines[0].code).toBe('OBJECT_STORE_ERROR');
+    expect(lines.at(-1)).toMatchObject({ code: 'ERROR', detail: expect.stringContaining('1 of 3 files') });
+    refusedPut.end();
+    expect((await gpu(['storage', 'cp', '-r', data, 'gpu:partial/'])).code).toBe(0);
+
+    // Down: a.txt refused; b and c written, nothing under a's name.
+    const refusedGet = proxy.refuse(named('a.txt', 'GET'), 500, 'INTERNAL');
+    const out = join(dir, 'partial-out');
+    const down = await gpu(['storage', 'cp', '-r', 'gpu:partial/', out]);
+    refusedGet.end();
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain(`gpu: failed gpu:partial/a.txt -> ${join(out, 'a.txt')}: INTERNAL: `);
+    expect(down.stderr).toContain('gpu: 1 of 3 files of gpu:partial/ failed (each said above), 2 written');
+    expect(readdirSync(out).sort()).toEqual(['b.txt', 'c.txt']);
+
+    // A refusal every file would meet (the folder not the caller's): no new file started after it, said once.
+    const many = folder('refused');
+    for (let i = 0; i < 8; i++) writeFileSync(join(many, `f${i}.txt`), 'x');
+    const asked = proxy.seen.length;
+    const put = (r: Seen) => r.method === 'PUT' && r.url.startsWith('/objects/');
+    const notOwned = proxy.refuse(put, 403, 'FOLDER_NOT_OWNED');
+    const stopped = await gpu(['storage', 'cp', '-r', many, 'gpu:refused/']);
+    notOwned.end();
+    expect(stopped.code).toBe(1);
+    expect(stopped.stderr).toMatch(
+      new RegExp(`^gpu: 0 of 8 files of ${many} stored before the failure below\ngpu: FOLDER_NOT_OWNED: .*\n$`),
+    );
+    expect(proxy.seen.slice(asked).filter(put).length).toBeLessThanOrEqual(4);
+  });
+
   it('sends the parts of a large file side by side, 4 at once', async () => {
     const big = join(folder('large'), 'weights.bin');
     const bytes = randomBytes(64 * 1024 * 1024);

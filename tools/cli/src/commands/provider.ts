@@ -57,6 +57,7 @@ export function providerCommands(program: Command) {
   // The same commands at the top level, as they were before `provider` held them (scripts use them).
   program.command('machines', { hidden: true }).action(() => listMachines(program));
   moneyCommands(program, program, { hidden: true });
+  payoutSettingsCommand(program, provider);
 }
 
 async function listMachines(program: Command) {
@@ -183,9 +184,12 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
       );
       showTransaction(ctx.json, paid);
     });
+}
 
-  parent
-    .command('payout-settings <machine-id>', opts)
+/** `payout-settings`, under `provider` only (it came after the top-level aliases). */
+function payoutSettingsCommand(program: Command, provider: Command) {
+  provider
+    .command('payout-settings <machine-id>')
     .description(
       "show a machine's automatic payout (its earnings paid out at each session's end); --auto on|off changes it",
     )

@@ -3,7 +3,8 @@
  * answer what a network does: hands on only its first bytes and then nothing more (a stalled transfer), or that many
  * and then cuts the connection. It can also hold the requests of one kind until a number of them wait at once (or a
  * generous deadline passes), and counts how many were under way at most: how a test sees that a copy runs its
- * transfers side by side, and how many.
+ * transfers side by side, and how many. It can refuse requests of one kind itself, as the platform would (a file of a
+ * folder copy refused, the others not).
  *
  *   const proxy = await faultProxy(gatewayUrl);
  *   proxy.limitNext((r) => r.method === 'GET', { bytes: 1024, mode: 'stall' });
@@ -42,17 +43,30 @@ export interface FaultProxy {
    * through; `most()` answers how many matching requests were under way at once; `end()` takes the gate away.
    */
   gate(match: Match, count: number, deadlineMs?: number): { most(): number; end(): void };
+  /** Answers every matching request with `status` and a problem of `code` (never passed on) until `end()`. */
+  refuse(match: Match, status: number, code: string): { end(): void };
   close(): Promise<void>;
 }
 
 export async function faultProxy(target: string): Promise<FaultProxy> {
   let limit: { match: Match; bytes: number; mode: 'stall' | 'cut' } | undefined;
   let gate: Gate | undefined;
+  const refusals = new Set<{ match: Match; status: number; code: string }>();
   const seen: Seen[] = [];
 
   const server = createServer((req, res) => {
     const entry: Seen = { method: req.method ?? 'GET', url: req.url ?? '/', range: req.headers.range };
     seen.push(entry);
+    const refusal = [...refusals].find((r) => r.match(entry));
+    if (refusal) {
+      // The request's body read and dropped, as a server that refuses it after reading would.
+      req.resume();
+      req.once('end', () => {
+        res.writeHead(refusal.status, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ status: refusal.status, code: refusal.code, detail: `refused by the test's proxy` }));
+      });
+      return;
+    }
     const capped = limit?.match(entry) ? limit : undefined;
     if (capped) limit = undefined;
     // Once a limited answer stopped, its upstream's end is the proxy's doing, not a failure to pass on.
@@ -127,6 +141,11 @@ export async function faultProxy(target: string): Promise<FaultProxy> {
           if (gate === g) gate = undefined;
         },
       };
+    },
+    refuse(match, status, code) {
+      const refusal = { match, status, code };
+      refusals.add(refusal);
+      return { end: () => refusals.delete(refusal) };
     },
     async close() {
       if (gate) release(gate);
