@@ -24,6 +24,7 @@ import { promisify } from 'node:util';
 import { Keypair } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { afterAll, describe, expect, it } from 'vitest';
+import { faultProxy, type Seen } from '../tools/cli/test/support/fault-proxy.ts';
 import { findNginx } from '../tools/gateway/src/nginx.ts';
 import {
   callEveryService,
@@ -732,6 +733,7 @@ describe('pnpm start', () => {
       );
     const keys = mkdtempSync(path.join(tmpdir(), 'wallet-keys-'));
     // More users than the local chain has test wallets (three), each with a new address.
+    let last: { email: string; password: string; keypair: string } | undefined;
     for (let n = 1; n <= 4; n++) {
       const email = `wallet-new-${n}-${Date.now()}@example.com`;
       const password = 'a long wallet passphrase';
@@ -762,6 +764,44 @@ describe('pnpm start', () => {
       ]);
       expect(sent.code, sent.stderr).toBe(0);
       expect(JSON.parse(sent.stdout)).toMatchObject({ transaction: { amount: '20.000000', status: 'confirmed' } });
+      last = { email, password, keypair };
+    }
+
+    // gpu wallet deposit --keypair whose transfer lands but whose claim billing refuses (here the test's proxy in
+    // front of the gateway): with --json one object on standard error with what claims it later, and that claims it.
+    const proxy = await faultProxy(`http://127.0.0.1:${ports.gateway}`);
+    try {
+      const claim = (r: Seen) => r.method === 'POST' && /^\/api\/v1\/wallet\/[^/]+\/deposit$/.test(r.url);
+      const refused = proxy.refuse(claim, 503, 'SERVICE_UNAVAILABLE');
+      const gpu = gpuCli(path.join(keys, 'gpu'));
+      const viaProxy = { GPU_URL: proxy.url, SOLANA_RPC_URL: env.SOLANA_RPC_URL };
+      expect((await gpu(['login', '--email', last!.email], { ...viaProxy, GPU_PASSWORD: last!.password })).code).toBe(
+        0,
+      );
+      const said = await gpu(['wallet', 'deposit', '--keypair', last!.keypair, '--amount', '1'], viaProxy);
+      expect(said).toMatchObject({ code: 1, stdout: '' });
+      expect(said.stderr).toMatch(
+        /^gpu: SERVICE_UNAVAILABLE: sent 1\.000000 tokens to the treasury \(signature \w+\) but billing did not credit them: .*\(the tokens are not lost: claim them with gpu wallet deposit [\w-]+ --signature \w+ --amount 1\.000000 --url http:\S+\)\n$/,
+      );
+      const sent = await gpu(['wallet', 'deposit', '--keypair', last!.keypair, '--amount', '3', '--json'], viaProxy);
+      expect(sent).toMatchObject({ code: 1, stdout: '' });
+      const problem = JSON.parse(sent.stderr) as Record<string, string>;
+      expect(problem).toMatchObject({ status: 503, code: 'SERVICE_UNAVAILABLE', amount: '3.000000' });
+      expect(problem.detail).toContain(
+        `sent 3.000000 tokens to the treasury (signature ${problem.signature}) but billing did not credit them`,
+      );
+      expect(problem.hint).toContain(
+        `gpu wallet deposit ${problem.wallet_id} --signature ${problem.signature} --amount 3.000000`,
+      );
+      refused.end();
+      const claimed = await gpu(
+        ['wallet', 'deposit', problem.wallet_id!, '--signature', problem.signature!, '--amount', '3.000000', '--json'],
+        viaProxy,
+      );
+      expect(claimed.code, claimed.stderr).toBe(0);
+      expect(JSON.parse(claimed.stdout)).toMatchObject({ amount: '3.000000', status: 'confirmed' });
+    } finally {
+      await proxy.close();
     }
   });
 

@@ -5,7 +5,8 @@
  * libraries are large).
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
-import { type Context, ExitStatus } from './cli.ts';
+import type { Context } from './cli.ts';
+import { problemOf, ShownFailure } from './problems.ts';
 
 type Solana = typeof import('@gpu/client/solana');
 type Keypair = ReturnType<Solana['readKeypair']>;
@@ -33,8 +34,9 @@ export async function provenWith(ctx: Context, wallet: Wallet, keypair: Keypair)
 
 /**
  * Sends `amount` tokens from the keypair to the treasury over the chain at `rpcUrl` and has billing credit them to
- * the wallet. A transfer sent but not credited is one line with its signature and the command that claims it later,
- * exit status 1.
+ * the wallet. A transfer sent but not credited (billing refused the claim, or the chain did not confirm it in time) is
+ * one line with its signature and the command that claims it later, exit status 1; with --json one JSON object on
+ * standard error, `{status, code, detail, hint, signature, wallet_id, amount}`, so that a script can claim it.
  */
 export async function depositFrom(
   ctx: Context,
@@ -45,12 +47,22 @@ export async function depositFrom(
     return await deposit({ billing: ctx.billing, ...opts });
   } catch (err) {
     if (!(err instanceof DepositClaimError)) throw err;
-    process.stderr.write(
-      `gpu: ${err.message}\nsignature: ${err.signature}\n` +
-        `claim it with: gpu wallet deposit ${err.walletId} --signature ${err.signature} --amount ${err.amount} ` +
-        `--url ${ctx.url}\n`,
-    );
-    throw new ExitStatus(1);
+    const why = problemOf(err.cause, ctx.url, 'none');
+    const claimed = err.stage === 'claim';
+    const sent = `sent ${err.amount} tokens to the treasury (signature ${err.signature})`;
+    throw new ShownFailure({
+      ...why,
+      code: claimed ? why.code : 'TRANSFER_NOT_CONFIRMED',
+      detail: claimed
+        ? `${sent} but billing did not credit them: ${why.detail}`
+        : `${sent} but the chain did not confirm the transfer in time: ${why.detail}`,
+      hint:
+        `the tokens are not lost: ${claimed ? '' : 'once the transfer lands, '}claim them with gpu wallet deposit ` +
+        `${err.walletId} --signature ${err.signature} --amount ${err.amount} --url ${ctx.url}`,
+      signature: err.signature,
+      wallet_id: err.walletId,
+      amount: err.amount,
+    });
   }
 }
 

@@ -20,6 +20,16 @@ export interface ShownProblem {
   errors?: { path: string; message: string }[];
 }
 
+/**
+ * A failure a command has put in a problem's words itself, with fields of its own a script needs (a deposit's
+ * signature): said as any other, one line or, with --json, one object with those fields in it.
+ */
+export class ShownFailure extends Error {
+  constructor(readonly problem: ShownProblem & Record<string, unknown>) {
+    super(problem.detail);
+  }
+}
+
 /** Who the run acted as, for the problems of a credential. */
 export type Credential = 'GPU_API_KEY' | 'saved key' | 'sign-in' | 'none';
 
@@ -112,6 +122,7 @@ function explained(code: string, p: Problem, credential: Credential): { detail?:
 
 /** A failure as `gpu` tells it. `url`: the platform it spoke to; `credential`: who it acted as. */
 export function problemOf(err: unknown, url: string, credential: Credential): ShownProblem {
+  if (err instanceof ShownFailure) return err.problem;
   if (err instanceof ApiError) {
     const p = err.problem;
     const code = p.code ?? String(err.status);
