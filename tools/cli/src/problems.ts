@@ -7,7 +7,7 @@
  * told the command instead (`gpu email send`, not `POST /api/v1/auth/email/verification`), and the problems a
  * newcomer meets most (an address not verified, a key revoked or expired, a sign-in ended) say what to run next.
  */
-import { ApiError, type Problem } from '@gpu/client';
+import { ApiError, type Problem, unwrap } from '@gpu/client';
 import { UsageError } from './cli.ts';
 
 /** What a failure comes to: `status` is the platform's HTTP status, null where the platform did not answer. */
@@ -27,6 +27,23 @@ export interface ShownProblem {
 export class ShownFailure extends Error {
   constructor(readonly problem: ShownProblem & Record<string, unknown>) {
     super(problem.detail);
+  }
+}
+
+/**
+ * `unwrap`, with this command's own hint for some codes of the platform's (where the hint said for the code anywhere
+ * would name the wrong command).
+ */
+export function unwrapHinting<T>(
+  result: { data?: T; error?: unknown; response: Response },
+  hints: Record<string, string>,
+): T {
+  try {
+    return unwrap(result);
+  } catch (err) {
+    const hint = err instanceof ApiError && err.code !== undefined ? hints[err.code] : undefined;
+    if (hint === undefined) throw err;
+    throw new ShownFailure({ ...problemOf(err, '', 'none'), hint });
   }
 }
 

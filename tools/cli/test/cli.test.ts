@@ -51,6 +51,19 @@ async function signedIn(roles: string[]): Promise<User> {
   return { id: user.id, email, password, token: tokens.access_token, gpu };
 }
 
+/** A code to verify `user`'s address, as auth mails one (this rig sends no mail): only its hash is kept. */
+async function verificationCode(user: User): Promise<string> {
+  const code = randomBytes(32).toString('base64url');
+  await insertEmailToken(rig.platform.auth.db, {
+    user_id: user.id,
+    purpose: 'verify_email',
+    token_hash: createHash('sha256').update(code).digest('hex'),
+    email: user.email,
+    expires_at: new Date(Date.now() + 3_600_000),
+  });
+  return code;
+}
+
 /** What a run that succeeded printed, as JSON. */
 function answer(r: GpuResult) {
   expect(r.code, r.stderr).toBe(0);
@@ -501,6 +514,18 @@ describe('gpu against a platform whose machine runs workloads', () => {
     // Paid out on chain, which this platform has none of (and only to a verified e-mail address): one line.
     refused(await provider.gpu(['payout', machineId, '--amount', '0.5']), '[A-Z_]+');
     expect((await provider.gpu(['payout', machineId, '--amount', '-1'])).code).toBe(2);
+    // All that is available, under the minimum here: the hint names the machine's earnings, not a wallet deposit
+    // (the provider's address verified first: payouts need it).
+    const verified = await provider.gpu(['email', 'verify'], {
+      env: { GPU_EMAIL_CODE: await verificationCode(provider) },
+    });
+    expect(verified.code, verified.stderr).toBe(0);
+    expect(Number(one.available_for_payout)).toBeLessThan(Number(one.minimum_payout));
+    const short = await provider.gpu(['provider', 'payout', machineId]);
+    expect(short.code).toBe(1);
+    expect(short.stderr).toMatch(
+      new RegExp(`^gpu: INSUFFICIENT_FUNDS: .*\\(gpu provider earnings ${machineId} shows what is available`),
+    );
     // The automatic payout: shown off; turned on it would pay on chain, which this platform has none of: one line.
     const auto = answer(await provider.gpu(['provider', 'payout-settings', machineId, '--json']));
     expect(auto).toMatchObject({ provider_id: machineId, auto_payout: false, destination: null });
@@ -592,18 +617,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
 
   it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', async () => {
     const user = await signedIn(['renter']);
-    // A code as auth mails one (this rig sends no mail): only its hash is kept.
-    const mailedCode = async () => {
-      const code = randomBytes(32).toString('base64url');
-      await insertEmailToken(rig.platform.auth.db, {
-        user_id: user.id,
-        purpose: 'verify_email',
-        token_hash: createHash('sha256').update(code).digest('hex'),
-        email: user.email,
-        expires_at: new Date(Date.now() + 3_600_000),
-      });
-      return code;
-    };
+    const mailedCode = () => verificationCode(user);
     const verified = await user.gpu(['email', 'verify', '--json'], { env: { GPU_EMAIL_CODE: await mailedCode() } });
     expect(answer(verified)).toMatchObject({ email: user.email, email_verified: true });
     expect((await user.gpu(['whoami'])).code).toBe(0);

@@ -18,6 +18,7 @@ import {
   UsageError,
 } from '../cli.ts';
 import { everyPage } from '../paging.ts';
+import { unwrapHinting } from '../problems.ts';
 import { machineOnboarding } from './provider-onboarding.ts';
 import { showTransaction } from './wallet.ts';
 
@@ -176,11 +177,15 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
     .action(async (machineId: string, opts: { amount?: string; to?: string; idempotencyKey?: string }) => {
       const ctx = context(program);
       const key = idempotencyKey('payout', opts.idempotencyKey);
-      const paid = unwrap(
+      const paid = unwrapHinting(
         await ctx.billing.POST('/api/v1/provider/{providerID}/payout', {
           params: { path: { providerID: machineId }, header: { 'idempotency-key': key } },
           body: { ...(opts.amount ? { amount: opts.amount } : {}), ...(opts.to ? { destination: opts.to } : {}) },
         }),
+        // Earnings, not a deposit, are what a payout lacks.
+        {
+          INSUFFICIENT_FUNDS: `gpu provider earnings ${machineId} shows what is available to pay out, and the minimum`,
+        },
       );
       showTransaction(ctx.json, paid);
     });
