@@ -71,7 +71,7 @@ export const DEMO_COMMANDS = {
     gpu(`rent --machine ${v.machine} --gpu-model H100 --gpus ${v.gpus} --wallet ${v.wallet} --spend-cap ${v.cap}`),
   ],
   machines: () => [gpu('machines')],
-  setBidFloor: (v: Values) => [gpu(`provider rates set ${v.machine} --base H100=200 --bid-floor 50`)],
+  setBidFloor: (v: Values) => [gpu(`provider rates set ${v.machine} --bid-floor 50`)],
   runAtBid: (v: Values) => [
     gpu(
       `run --machine ${v.machine} --gpu-model H100 --gpus 8 --wallet ${v.wallet} --bid 60 --spend-cap 20 ` +

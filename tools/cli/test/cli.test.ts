@@ -559,8 +559,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
 
     // Bids: none taken until the owner sets a floor; then a bid under it is refused, one at it rents at the bid.
     refused(await renter.gpu(['rent', ...rental(), '--bid', '1']), 'BIDS_NOT_ACCEPTED');
-    const floor = await provider.gpu(['rates', 'set', machineId, '--base', 'H100=3.5', '--bid-floor', '0.5']);
+    // Only the floor named: the rates set before are kept.
+    const floor = await provider.gpu(['rates', 'set', machineId, '--bid-floor', '0.5']);
     expect(floor.stdout).toMatch(/bid floor\s*│\s*0\.5 per GPU-hour/);
+    expect(floor.stdout).toMatch(/per GPU-hour: nvidia-tesla-h100\s*│\s*3\.5/);
     refused(await renter.gpu(['rent', ...rental(), '--bid', '0.4']), 'BID_BELOW_FLOOR');
     const bid = await renter.gpu(['rent', ...rental(), '--gpus', '2', '--bid', '0.5']);
     expect(bid.code, bid.stderr).toBe(0);
@@ -581,6 +583,30 @@ describe('gpu against a platform whose machine runs workloads', () => {
       stderr: expect.stringContaining('--price takes a decimal amount'),
     });
     expect((await renter.gpu(['end', bidId!])).code).toBe(0);
+
+    // rates set changes what it names and keeps the rest; none puts the platform's back; --replace sets exactly what
+    // it is given; nothing named is a usage error.
+    const rates = async (args: string[]) => answer(await provider.gpu(['rates', 'set', machineId, ...args, '--json']));
+    expect(await rates(['--base', 'A100=2'])).toMatchObject({
+      base_rates: { 'nvidia-tesla-h100': '3.5', 'nvidia-tesla-a100': '2' },
+      vram_rate_per_gb_hour: '0',
+      bid_floor: '0.5',
+    });
+    const back = await rates(['--base', 'NVIDIA A100-SXM4-80GB=none', '--vram-rate', 'none', '--bid-floor', 'none']);
+    expect(back).toMatchObject({ vram_rate_per_gb_hour: null, bid_floor: null });
+    expect(back.base_rates).toEqual({ 'nvidia-tesla-h100': '3.5' });
+    expect(await rates(['--power-rate', '0.001', '--vram-rate', '0.01'])).toMatchObject({
+      base_rates: { 'nvidia-tesla-h100': '3.5' },
+      power_rate_per_watt_hour: '0.001',
+    });
+    const replaced = await rates(['--replace', '--base', 'L40=1.25']);
+    expect(replaced).toMatchObject({ vram_rate_per_gb_hour: null, power_rate_per_watt_hour: null, bid_floor: null });
+    expect(replaced.base_rates).toEqual({ 'nvidia-tesla-l40': '1.25' });
+    expect(await provider.gpu(['rates', 'set', machineId])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('name a rate to change'),
+    });
+    expect((await provider.gpu(['rates', 'set', machineId, '--bid-floor', 'never'])).code).toBe(2);
   });
 
   it('lists and signs out devices, and changes the password read from standard input, never from the command line', async () => {

@@ -5,6 +5,7 @@
  * `payout-settings` (pay out automatically at each session's end, or not).
  */
 import { type BillingSchemas, unwrap } from '@gpu/client';
+import { gpuModelKey } from '@gpu/common/gpu-models';
 import { type Command, Option } from 'commander';
 import {
   amount,
@@ -23,6 +24,15 @@ import { machineOnboarding } from './provider-onboarding.ts';
 import { showTransaction } from './wallet.ts';
 
 type Earnings = BillingSchemas['ProviderEarnings'];
+type Rates = BillingSchemas['ProviderRates'];
+
+/** A machine with no rates of its own (what `--replace` starts from). */
+const NO_RATES: Pick<Rates, 'base_rates' | 'vram_rate_per_gb_hour' | 'power_rate_per_watt_hour' | 'bid_floor'> = {
+  base_rates: {},
+  vram_rate_per_gb_hour: null,
+  power_rate_per_watt_hour: null,
+  bid_floor: null,
+};
 
 /** Every machine of the caller's (the registry lists a provider's own machines only). */
 function myMachines(ctx: Context) {
@@ -31,17 +41,50 @@ function myMachines(ctx: Context) {
   );
 }
 
-/** `MODEL=RATE` pairs as billing's `base_rates`. */
-function baseRates(pairs: string[]): Record<string, string> {
-  const rates: Record<string, string> = {};
-  for (const pair of pairs) {
+/** What `rates set` was given: `none` for a rate that goes back to the platform's. */
+interface RateChanges {
+  base?: string[];
+  vramRate?: string;
+  powerRate?: string;
+  bidFloor?: string;
+  replace?: boolean;
+}
+
+/** A rate option: a decimal amount, or `none` (the platform's rate; for the bid floor, no bids). */
+function rateOrNone(name: string) {
+  const parse = amount(name);
+  return (value: string) => (value === 'none' ? value : parse(value));
+}
+
+/** The rate key of a model as billing keeps it (`H100` → `nvidia-tesla-h100`; `default` is itself). */
+function rateKey(model: string): string {
+  return model === 'default' ? model : gpuModelKey(model);
+}
+
+/**
+ * The rates `rates set` asks for: `current` with what was given changed (`MODEL=none` and `none` put back the
+ * platform's), or with `--replace` only what was given.
+ */
+function ratesAfter(current: typeof NO_RATES, opts: RateChanges) {
+  const base: Record<string, string> = opts.replace ? {} : { ...current.base_rates };
+  for (const pair of opts.base ?? []) {
     const at = pair.lastIndexOf('=');
     const model = pair.slice(0, at).trim();
     const rate = pair.slice(at + 1);
-    if (!model || !DECIMAL.test(rate)) throw new UsageError(`--base takes MODEL=RATE (H100=2.5), not ${pair}`);
-    rates[model] = rate;
+    if (!model || !(DECIMAL.test(rate) || rate === 'none')) {
+      throw new UsageError(`--base takes MODEL=RATE (H100=2.5, or H100=none for the platform's), not ${pair}`);
+    }
+    if (rate === 'none') delete base[rateKey(model)];
+    else base[rateKey(model)] = rate;
   }
-  return rates;
+  const kept = (given: string | undefined, now: string | null) =>
+    given === undefined ? (opts.replace ? null : now) : given === 'none' ? null : given;
+  return {
+    base_rates: base,
+    vram_rate_per_gb_hour: kept(opts.vramRate, current.vram_rate_per_gb_hour),
+    power_rate_per_watt_hour: kept(opts.powerRate, current.power_rate_per_watt_hour),
+    bid_floor: kept(opts.bidFloor, current.bid_floor),
+  };
 }
 
 export function providerCommands(program: Command) {
@@ -96,37 +139,44 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
   rates
     .command('set <machine-id>')
     .description(
-      "replace the machine's rates (they price its sessions started from now on); what is left out is the platform's",
+      "change the machine's rates (they price its sessions started from now on): what is given changes, the rest " +
+        "is kept; none puts the platform's back. With --replace, what is left out is the platform's",
     )
-    .option('--base <MODEL=RATE>', 'tokens per GPU-hour of a model, repeatable; default=RATE prices the rest', collect)
-    .option('--vram-rate <tokens>', 'per GB of VRAM and hour', amount('--vram-rate'))
-    .option('--power-rate <tokens>', 'per watt and hour', amount('--power-rate'))
     .option(
-      '--bid-floor <tokens>',
-      'take bids (interruptible rentals, taken back for on-demand ones) of at least this per GPU-hour; default: none',
-      amount('--bid-floor'),
+      '--base <MODEL=RATE>',
+      "tokens per GPU-hour of a model, repeatable; default=RATE prices the rest; MODEL=none: the platform's",
+      collect,
     )
-    .action(
-      async (
-        machineId: string,
-        opts: { base?: string[]; vramRate?: string; powerRate?: string; bidFloor?: string },
-      ) => {
-        const ctx = context(program);
-        const body = {
-          base_rates: baseRates(opts.base ?? []),
-          vram_rate_per_gb_hour: opts.vramRate ?? null,
-          power_rate_per_watt_hour: opts.powerRate ?? null,
-          bid_floor: opts.bidFloor ?? null,
-        };
-        const r = unwrap(
-          await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
-            params: { path: { providerID: machineId } },
-            body,
-          }),
-        );
-        showRates(ctx.json, r);
-      },
-    );
+    .option('--vram-rate <tokens|none>', 'per GB of VRAM and hour', rateOrNone('--vram-rate'))
+    .option('--power-rate <tokens|none>', 'per watt and hour', rateOrNone('--power-rate'))
+    .option(
+      '--bid-floor <tokens|none>',
+      'take bids (interruptible rentals, taken back for on-demand ones) of at least this per GPU-hour; none: no bids',
+      rateOrNone('--bid-floor'),
+    )
+    .option(
+      '--replace',
+      "set exactly what is given: every rate left out is the platform's, and no bids without a floor",
+    )
+    .action(async (machineId: string, opts: RateChanges) => {
+      const given = opts.base?.length || [opts.vramRate, opts.powerRate, opts.bidFloor].some((o) => o !== undefined);
+      if (!given && !opts.replace) {
+        throw new UsageError('name a rate to change (--base, --vram-rate, --power-rate, --bid-floor), or --replace');
+      }
+      const ctx = context(program);
+      const path = { params: { path: { providerID: machineId } } };
+      // Read, changed and written back: two owners' changes at the same moment keep the later one's whole table.
+      const current = opts.replace
+        ? undefined
+        : unwrap(await ctx.billing.GET('/api/v1/provider/{providerID}/rates', path));
+      const r = unwrap(
+        await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
+          ...path,
+          body: ratesAfter(current ?? NO_RATES, opts),
+        }),
+      );
+      showRates(ctx.json, r);
+    });
 
   parent
     .command('earnings [machine-id]', opts)
