@@ -35,7 +35,7 @@ export interface Downloaded {
 }
 
 /** Every object under `prefix`, in key order. */
-async function objectsUnder(ctx: Context, prefix: string, bucket?: string): Promise<ObjectInfo[]> {
+export async function objectsUnder(ctx: Context, prefix: string, bucket?: string): Promise<ObjectInfo[]> {
   const objects: ObjectInfo[] = [];
   for await (const o of ctx.objects.listAll(bucket, { ...(prefix ? { prefix } : {}), metadata: false })) {
     objects.push(o);

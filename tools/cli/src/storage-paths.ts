@@ -58,6 +58,9 @@ const intoLocalFolder = (to: string): boolean => /[/\\]$/.test(to) || isLocalDir
 /** The key a local file is stored under: in a remote folder (`gpu:dir/`, `gpu:`) with its base name, else as named. */
 export const uploadKey = (file: string, key: string): string => (isPrefix(key) ? `${key}${path.basename(file)}` : key);
 
+/** The key an object is copied to within the platform: into a remote folder with its base name, else as named. */
+export const copyKey = (from: string, to: string): string => (isPrefix(to) ? `${to}${keyBaseName(from)}` : to);
+
 /** The local file an object is written to: into a folder with the key's base name, else the path as named. */
 export const downloadFile = (key: string, to: string): string =>
   intoLocalFolder(to) ? path.join(to, keyBaseName(key)) : to;

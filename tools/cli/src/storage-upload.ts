@@ -50,15 +50,7 @@ export async function copyUp(ctx: Context, from: string, key: string, opts: Copy
 async function uploadStandardInput(ctx: Context, key: string, opts: CopyOptions): Promise<ObjectInfo> {
   if (opts.recursive) throw new UsageError('-r copies folders, not standard input');
   if (isPrefix(key)) throw new UsageError(`standard input has no name: name the object (${shown(`${key}name`)})`);
-  const dir = await mkdtemp(path.join(tmpdir(), 'gpu-stdin-'));
-  // Interrupted (Ctrl-C, a stop), the copy of standard input goes with the run.
-  const removeAndExit = (signal: NodeJS.Signals) => {
-    rmSync(dir, { recursive: true, force: true });
-    process.exit(signal === 'SIGINT' ? 130 : 143);
-  };
-  process.once('SIGINT', removeAndExit);
-  process.once('SIGTERM', removeAndExit);
-  try {
+  return inTemporaryFolder('gpu-stdin-', async (dir) => {
     const file = path.join(dir, 'stdin');
     await locally('write', file, () => pipeline(process.stdin, createWriteStream(file, { mode: 0o600 })));
     const { size } = await stat(file);
@@ -69,6 +61,23 @@ async function uploadStandardInput(ctx: Context, key: string, opts: CopyOptions)
     } finally {
       progress.stop();
     }
+  });
+}
+
+/**
+ * Runs `work` with a new temporary folder of this machine's (only its user may read it), removed when the work ends,
+ * fails, or the run is stopped (Ctrl-C, a stop signal: then the run ends too).
+ */
+async function inTemporaryFolder<T>(prefix: string, work: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(path.join(tmpdir(), prefix));
+  const removeAndExit = (signal: NodeJS.Signals) => {
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.once('SIGINT', removeAndExit);
+  process.once('SIGTERM', removeAndExit);
+  try {
+    return await work(dir);
   } finally {
     process.off('SIGINT', removeAndExit);
     process.off('SIGTERM', removeAndExit);

@@ -217,6 +217,62 @@ describe('gpu storage cp and rm', () => {
     expect(downShown).toMatch(/gpu:shown\/ -> \S+ \(6 files\) \[#+\] 100% \| 2\.5\/2\.5 MiB/);
   });
 
+  it('copies within your objects, gpu: to gpu:, an object or a folder with -r, byte for byte', async () => {
+    const here = folder('within');
+    const bytes = randomBytes(8 * 1024 * 1024 + 3);
+    writeFileSync(join(here, 'a.bin'), bytes);
+    mkdirSync(join(here, 'dir', 'sub'), { recursive: true });
+    writeFileSync(join(here, 'dir', 'x.txt'), 'x\n');
+    writeFileSync(join(here, 'dir', 'sub', 'y.txt'), 'y\n');
+    expect((await gpu(['storage', 'cp', join(here, 'a.bin'), 'gpu:within/'])).code).toBe(0);
+    expect((await gpu(['storage', 'cp', '-r', join(here, 'dir'), 'gpu:within/dir'])).code).toBe(0);
+
+    expect(answer(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:within/b.bin', '--json']))).toMatchObject({
+      key: 'within/b.bin',
+      size: bytes.length,
+    });
+    // Into a remote folder: under the source's name.
+    expect(answer(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:other/', '--json']))).toMatchObject({
+      key: 'other/a.bin',
+    });
+    for (const key of ['within/b.bin', 'other/a.bin']) {
+      const back = join(here, key.replace('/', '-'));
+      expect((await gpu(['storage', 'cp', `gpu:${key}`, back])).code).toBe(0);
+      expect(readFileSync(back).equals(bytes)).toBe(true);
+    }
+    // A folder with -r: the destination is the copy.
+    const copied = answer(await gpu(['storage', 'cp', '-r', 'gpu:within/dir/', 'gpu:copied', '--json']));
+    expect(copied.map((o: { key: string }) => o.key)).toEqual(['copied/sub/y.txt', 'copied/x.txt']);
+    expect((await gpu(['storage', 'cp', 'gpu:copied/sub/y.txt', '-'])).stdout).toBe('y\n');
+
+    // Refused, nothing copied: onto itself, a folder without -r, an object that is not there, no remote side.
+    expect(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:within/'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('gpu:within/a.bin would be copied onto itself'),
+    });
+    expect(await gpu(['storage', 'cp', 'gpu:within/dir', 'gpu:elsewhere/'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('gpu:within/dir is a folder: copy it with -r'),
+    });
+    expect(await gpu(['storage', 'cp', 'gpu:within/none.bin', 'gpu:x.bin'])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: no object gpu:within/none.bin\n',
+    });
+    expect(await gpu(['storage', 'cp', join(here, 'a.bin'), join(here, 'c.bin')])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('name a remote side'),
+    });
+    expect(await keysUnder('elsewhere/')).toEqual([]);
+    // The source's bytes cut off mid-way: the copy fails, and no part of it is stored.
+    proxy.limitNext(objectGet, { bytes: 1024 * 1024, mode: 'cut' });
+    const cut = await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:cut/a.bin']);
+    expect(cut.code, cut.stderr).toBe(1);
+    expect(cut.stderr).toMatch(
+      /^gpu: the copy of gpu:within\/a\.bin to gpu:cut\/a\.bin broke off at \d+ of 8388611 bytes \(.+\): nothing stored there/,
+    );
+    expect(await keysUnder('cut/')).toEqual([]);
+  });
+
   it('goes on past a file that fails, as aws s3 cp --recursive does, and stops where every file would fail', async () => {
     const data = folder('partial');
     for (const name of ['a.txt', 'b.txt', 'c.txt']) writeFileSync(join(data, name), `${name}\n`);

@@ -9,6 +9,7 @@ import type { Command } from 'commander';
 import { type Context, context, printJson, show, UsageError } from '../cli.ts';
 import { copyDown } from '../storage-download.ts';
 import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
+import { copyWithin } from '../storage-remote-copy.ts';
 import { copyUp } from '../storage-upload.ts';
 
 /** Deletions sent at once by `rm -r`. */
@@ -63,10 +64,11 @@ export function storageCommands(program: Command) {
     );
   storage
     .command('cp <from> <to>')
-    .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, or down from them')
+    .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, down from them, or between them')
     .description(
-      'copy a file or (with -r) a folder up or down, as cp, scp and aws s3 cp do: one side is a gpu: path, the other ' +
-        'a local one (-: standard input up, standard output down). A file copied to a destination ending in / ' +
+      'copy a file or (with -r) a folder up, down or within your objects, as cp, scp and aws s3 cp do: one side ' +
+        'or both a gpu: path, the other a local one (-: standard input up, standard output down); gpu: to gpu: ' +
+        'streams each object through this machine, nothing kept here. A file copied to a destination ending in / ' +
         "(gpu:<prefix>/, or a local directory) takes the file's name; -r copies what is under a local folder or a " +
         'remote prefix, the destination being the copy (as aws s3 cp --recursive), 4 files at once. A transfer of 1 ' +
         'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
@@ -86,6 +88,7 @@ export function storageCommands(program: Command) {
         '  tar c runs | gpu storage cp - gpu:runs.tar      from standard input (named: it has no name of its own)',
         '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
         '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
+        '  gpu storage cp -r gpu:runs/ckpt/ gpu:keep/ckpt  keep/ckpt/<its objects>',
       ].join('\n'),
     )
     .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
@@ -95,12 +98,12 @@ export function storageCommands(program: Command) {
         const ctx = context(program);
         const up = remoteKey(to);
         const down = remoteKey(from);
-        if ((up === undefined) === (down === undefined)) {
-          throw new UsageError('one side is remote (gpu:<key>), the other a local path');
+        if (up === undefined && down === undefined) {
+          throw new UsageError('name a remote side (gpu:<key>): cp copies up, down, or within your objects');
         }
         const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true };
         if (up !== undefined) {
-          const stored = await copyUp(ctx, from, up, copy);
+          const stored = down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy);
           show(
             ctx.json,
             copy.recursive ? stored : stored[0],
