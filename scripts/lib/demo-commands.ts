@@ -80,7 +80,8 @@ export const DEMO_COMMANDS = {
   ],
   raiseBid: (v: Values) => [gpu(`bid ${v.session} --price 70`)],
   presignedTransfer: (v: Values) => [
-    `curl -s -T ${v.file} '<a presigned PUT URL of ${v.key}>'`,
+    gpu(`storage presign gpu:${v.key} --put`),
+    `curl -s -T ${v.file} '<the URL it printed>'`,
     gpu(`storage cp gpu:${v.key} -`),
   ],
   sessions: () => [gpu('sessions --status active')],

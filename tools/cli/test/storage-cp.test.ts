@@ -273,6 +273,38 @@ describe('gpu storage cp and rm', () => {
     expect(await keysUnder('cut/')).toEqual([]);
   });
 
+  it('presigns a URL to download an object, or with --put to upload one, for a program without credentials', async () => {
+    const here = folder('presign');
+    writeFileSync(join(here, 'weights.txt'), 'w1\n');
+    expect((await gpu(['storage', 'cp', join(here, 'weights.txt'), 'gpu:presign/'])).code).toBe(0);
+
+    const get = await gpu(['storage', 'presign', 'gpu:presign/weights.txt']);
+    expect(get.code, get.stderr).toBe(0);
+    expect(get.stdout).toMatch(/^http\S+\n$/);
+    expect(await (await fetch(get.stdout.trim())).text()).toBe('w1\n');
+
+    const before = Date.now();
+    const put = answer(await gpu(['storage', 'presign', 'presign/new.txt', '--put', '--expires-in', '120', '--json']));
+    expect(put).toMatchObject({ method: 'PUT', key: 'presign/new.txt' });
+    const expires = Date.parse(put.expires_at);
+    expect(expires).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 119_000);
+    expect(expires).toBeLessThanOrEqual(Date.now() + 121_000);
+    expect((await fetch(put.url, { method: 'PUT', body: 'uploaded without credentials\n' })).ok).toBe(true);
+    expect((await gpu(['storage', 'cp', 'gpu:presign/new.txt', '-'])).stdout).toBe('uploaded without credentials\n');
+
+    // Refused: an object not there (to download), a folder, a duration neither form reads, one over the service's 7 days.
+    expect(await gpu(['storage', 'presign', 'gpu:presign/none.txt'])).toMatchObject({
+      code: 1,
+      stderr: 'gpu: OBJECT_NOT_FOUND: no object gpu:presign/none.txt\n',
+    });
+    expect((await gpu(['storage', 'presign', 'gpu:presign/'])).code).toBe(2);
+    expect((await gpu(['storage', 'presign', 'gpu:presign/weights.txt', '--expires-in', 'soon'])).code).toBe(2);
+    expect(await gpu(['storage', 'presign', 'gpu:presign/weights.txt', '--expires-in', '8d'])).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/^gpu: VALIDATION_ERROR: /),
+    });
+  });
+
   it('goes on past a file that fails, as aws s3 cp --recursive does, and stops where every file would fail', async () => {
     const data = folder('partial');
     for (const name of ['a.txt', 'b.txt', 'c.txt']) writeFileSync(join(data, name), `${name}\n`);

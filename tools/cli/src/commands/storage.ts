@@ -1,12 +1,13 @@
 /**
- * `storage ls|cp|rm`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
+ * `storage ls|cp|presign|rm`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
  * `cp`, `scp` and `aws s3 cp` name theirs (storage-paths.ts), streamed both ways and never held whole; a large
  * transfer shows its progress on a terminal.
  */
 import { ApiError, type ObjectInfo } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { type Context, context, printJson, show, UsageError } from '../cli.ts';
+import { headOf } from '../download.ts';
 import { copyDown } from '../storage-download.ts';
 import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
 import { copyWithin } from '../storage-remote-copy.ts';
@@ -117,6 +118,36 @@ export function storageCommands(program: Command) {
       }),
     );
   storage
+    .command('presign <path>')
+    .description(
+      'a time-limited URL of an object at the object store (gpu:models/a.bin; the gpu: may be left out), for a ' +
+        'program without your credentials: to download it (GET, as aws s3 presign), or with --put to upload to it ' +
+        '(curl -T <file> <url>). Anyone holding the URL may use it until it expires',
+    )
+    .option('--put', 'a URL to upload the object with (PUT) instead of to download it')
+    .option(
+      '--expires-in <duration>',
+      'how long it is valid: seconds, or 15m, 1h30m; default 15m, at most 7d',
+      expiresIn,
+    )
+    .option('--bucket <name>', 'a bucket of yours instead of your folder')
+    .action(
+      action(async (at: string, opts: { put?: boolean; expiresIn?: string; bucket?: string }) => {
+        const ctx = context(program);
+        const key = remoteKey(at) ?? at;
+        if (isPrefix(key)) throw new UsageError(`${shown(key)} is a folder: name an object`);
+        const ref = refOf(key, opts.bucket);
+        // A URL to download an object that is not there would only answer 404 later: said now.
+        if (!opts.put) await headOf(ctx, ref);
+        const signed = await ctx.objects.presign(ref, {
+          method: opts.put ? 'PUT' : 'GET',
+          ...(opts.expiresIn ? { expiry: opts.expiresIn } : {}),
+        });
+        if (ctx.json) printJson(signed);
+        else process.stdout.write(`${signed.url}\n`);
+      }),
+    );
+  storage
     .command('rm <path>')
     .description(
       'delete an object (gpu:models/a.bin; the gpu: may be left out); with -r, every object under a prefix ' +
@@ -133,6 +164,13 @@ export function storageCommands(program: Command) {
         else process.stdout.write(deleted.map((k) => `deleted ${shown(k)}\n`).join(''));
       }),
     );
+}
+
+/** `aws s3 presign`'s `--expires-in` in seconds, or the service's own form (`15m`, `1h30m`). */
+function expiresIn(value: string): string {
+  if (/^\d+$/.test(value)) return `${value}s`;
+  if (/^(\d+[smhd])+$/.test(value)) return value;
+  throw new InvalidArgumentError('a duration such as 3600 (seconds), 15m or 1h30m');
 }
 
 async function removeOne(ctx: Context, key: string, opts: { bucket?: string }): Promise<string> {
