@@ -12,7 +12,7 @@ import { type FileHandle, open, readdir, rename, stat, unlink } from 'node:fs/pr
 import path from 'node:path';
 import { ApiError, type ObjectRef } from '@gpu/client';
 import type { Context } from './cli.ts';
-import { isFileSystemError, localError, locally } from './local-errors.ts';
+import { isFileSystemError, isUnreachable, localError, locally } from './local-errors.ts';
 import type { Progress } from './progress.ts';
 import { objectNotFound, shown } from './storage-paths.ts';
 
@@ -161,6 +161,8 @@ async function interrupted(err: unknown, ref: ObjectRef, file: string, temp: str
   );
   if (kept === 0) await unlink(temp).catch(() => {});
   if (err instanceof ApiError) return err.status === 404 ? objectNotFound(ref) : err;
+  // No connection at all: the platform out of reach, said as such (what was kept stays for the next run).
+  if (isUnreachable(err)) return err;
   if (err instanceof ChangedUnderway) return err;
   if (isFileSystemError(err)) return localError(err, 'write', file);
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;

@@ -1,16 +1,17 @@
 /**
  * The files of one `cp -r`, `FILES_AT_ONCE` at a time, as `aws s3 cp --recursive` goes through them: a file that fails
- * is said on standard error as it fails (on a terminal, below the progress bar once it ends: `gpu: failed <from> ->
- * <to>: <why>`; with --json one JSON object a line,
- * `{from, to, status, code, detail}`) and the others go on; the copy then ends with exit status 1, saying how many
- * failed. A failure every other file would meet too stops it instead: the files under way finish, no new one starts,
- * and the failure is said last, as a single command's is (the sign-in refused or out of date, a folder or bucket not
- * the caller's, a bucket not there, the platform out of reach).
+ * is said on standard error as it fails (`gpu: failed <from> -> <to>: <why>`; on a terminal below the progress bar
+ * once it ends; with --json one JSON object a line, `{from, to, status, code, detail}`) and the others go on; the
+ * copy then ends with exit status 1, saying how many failed (`COPY_INCOMPLETE`, with `copied`, `failed` and `files`
+ * in JSON). A failure every other file would meet too stops it instead: the files under way finish, no new one
+ * starts, and the failure is said last, as a single command's is, with the counts (the sign-in refused or out of
+ * date, a folder or bucket not the caller's, a bucket not there, the platform out of reach).
  */
 import { ApiError } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
 import { type Context, UsageError } from './cli.ts';
-import { problemLine, problemOf } from './problems.ts';
+import { isUnreachable } from './local-errors.ts';
+import { problemLine, problemOf, ShownFailure } from './problems.ts';
 import type { Progress } from './progress.ts';
 
 /** Files sent or fetched at once by `cp -r`. */
@@ -23,7 +24,12 @@ export interface FileCopy {
 }
 
 /** Codes that refuse the copy rather than one file. */
-const REFUSES_ALL = new Set(['BUCKET_NOT_FOUND', 'BUCKET_NOT_OWNED', 'FOLDER_NOT_OWNED']);
+const REFUSES_ALL = new Set([
+  'BUCKET_NOT_FOUND',
+  'BUCKET_NOT_OWNED',
+  'FOLDER_NOT_OWNED',
+  'DEFAULT_BUCKET_NOT_CONFIGURED',
+]);
 
 /** Whether `err` is one every other file of the copy would meet too. */
 function stopsTheCopy(err: unknown): boolean {
@@ -31,8 +37,7 @@ function stopsTheCopy(err: unknown): boolean {
   if (err instanceof ApiError) {
     return err.status === 401 || err.status === 403 || (err.code !== undefined && REFUSES_ALL.has(err.code));
   }
-  // fetch's own failure: the platform out of reach.
-  return err instanceof TypeError && (err as { cause?: unknown }).cause !== undefined;
+  return isUnreachable(err);
 }
 
 /**
@@ -74,16 +79,22 @@ export async function copyEach<F extends FileCopy, R>(
     progress.stop();
   }
   const of = `${files.length} files of ${names.what}`;
+  const counts = { copied: finished, failed, files: files.length };
   if (stop !== undefined) {
-    process.stderr.write(
-      `gpu: ${finished} of ${of} ${names.done}${failed ? `, ${failed} failed (said above),` : ''} before the failure below\n`,
-    );
-    throw stop;
+    if (!ctx.json) {
+      const failedToo = failed ? `, ${failed} failed (said above),` : '';
+      process.stderr.write(`gpu: ${finished} of ${of} ${names.done}${failedToo} before the failure below\n`);
+    }
+    // The failure as it is (its own words and hint), with the counts beside it in JSON.
+    throw new ShownFailure(counts, stop);
   }
   if (failed > 0) {
-    throw new Error(
-      `${failed} of ${of} failed (each said above), ${finished} ${names.done}: the same command again copies them all`,
-    );
+    throw new ShownFailure({
+      status: null,
+      code: 'COPY_INCOMPLETE',
+      detail: `${failed} of ${of} failed (each said above), ${finished} ${names.done}: the same command again copies them all`,
+      ...counts,
+    });
   }
   return copied;
 }

@@ -47,8 +47,9 @@ export async function depositFrom(
     return await deposit({ billing: ctx.billing, ...opts });
   } catch (err) {
     if (!(err instanceof DepositClaimError)) throw err;
-    const why = problemOf(err.cause, ctx.url, 'none');
     const claimed = err.stage === 'claim';
+    // Billing's refusal of the claim, or the chain's failure to confirm (said naming the chain, not the platform).
+    const why = problemOf(err.cause, claimed ? ctx.url : `the chain at ${opts.rpcUrl}`, 'none');
     const sent = `sent ${err.amount} tokens to the treasury (signature ${err.signature})`;
     throw new ShownFailure({
       ...why,

@@ -18,10 +18,41 @@ const REASONS: Record<string, string> = {
   EROFS: 'read-only file system',
 };
 
-/** Whether an error is the file system's (Node's errors of a system call carry its code and the call). */
+/** Codes of a connection that could not be made: the platform out of reach. */
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EADDRNOTAVAIL',
+  'ETIMEDOUT',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/** Codes of a connection's, never a file's, as a system call's error carries them. */
+const CONNECTION = new Set([...UNREACHABLE, 'ECONNRESET', 'ECONNABORTED']);
+
+/**
+ * Whether an error is the file system's (Node's errors of a system call carry its code and the call; a socket's carry
+ * them too, and are not).
+ */
 export function isFileSystemError(err: unknown): err is NodeJS.ErrnoException {
   const e = err as NodeJS.ErrnoException | null;
-  return typeof e?.code === 'string' && typeof e.syscall === 'string';
+  return (
+    typeof e?.code === 'string' &&
+    typeof e.syscall === 'string' &&
+    !CONNECTION.has(e.code) &&
+    e.syscall !== 'connect' &&
+    e.syscall !== 'getaddrinfo'
+  );
+}
+
+/** Whether a request failed because no connection to the platform could be made (fetch's error, by its cause). */
+export function isUnreachable(err: unknown): boolean {
+  const code = (err as { cause?: { code?: unknown } } | null)?.cause?.code;
+  return err instanceof TypeError && typeof code === 'string' && UNREACHABLE.has(code);
 }
 
 /**

@@ -21,12 +21,17 @@ export interface ShownProblem {
 }
 
 /**
- * A failure a command has put in a problem's words itself, with fields of its own a script needs (a deposit's
- * signature): said as any other, one line or, with --json, one object with those fields in it.
+ * A failure a command has put in a problem's words itself, wholly or over the problem of the failure under it
+ * (`cause`, said as any failure, with this one's fields in its place), with fields of its own a script needs (a
+ * deposit's signature, a folder copy's counts): said as any other, one line or, with --json, one object with those
+ * fields in it.
  */
 export class ShownFailure extends Error {
-  constructor(readonly problem: ShownProblem & Record<string, unknown>) {
-    super(problem.detail);
+  constructor(
+    readonly problem: Partial<ShownProblem> & Record<string, unknown>,
+    cause?: unknown,
+  ) {
+    super(problem.detail ?? (cause instanceof Error ? cause.message : 'failed'), { cause });
   }
 }
 
@@ -43,7 +48,7 @@ export function unwrapHinting<T>(
   } catch (err) {
     const hint = err instanceof ApiError && err.code !== undefined ? hints[err.code] : undefined;
     if (hint === undefined) throw err;
-    throw new ShownFailure({ ...problemOf(err, '', 'none'), hint });
+    throw new ShownFailure({ hint }, err);
   }
 }
 
@@ -139,7 +144,10 @@ function explained(code: string, p: Problem, credential: Credential): { detail?:
 
 /** A failure as `gpu` tells it. `url`: the platform it spoke to; `credential`: who it acted as. */
 export function problemOf(err: unknown, url: string, credential: Credential): ShownProblem {
-  if (err instanceof ShownFailure) return err.problem;
+  if (err instanceof ShownFailure) {
+    const under = err.cause === undefined ? undefined : problemOf(err.cause, url, credential);
+    return { status: null, code: 'ERROR', detail: err.message, ...under, ...err.problem };
+  }
   if (err instanceof ApiError) {
     const p = err.problem;
     const code = p.code ?? String(err.status);

@@ -12,6 +12,7 @@ import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
 import { headOf } from './download.ts';
 import { copyEach } from './folder-copy.ts';
+import { isUnreachable } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
 import { objectsUnder } from './storage-download.ts';
 import { asPrefix, copyKey, isPrefix, nothingUnder, objectNotFound, refOf, shown } from './storage-paths.ts';
@@ -61,7 +62,10 @@ async function copyFolder(
   into: string,
   opts: CopyOptions,
 ): Promise<ObjectInfo[]> {
-  if (into === prefix) throw new UsageError(`${shown(prefix)} would be copied onto itself`);
+  // A folder copied into itself, or into one that holds it, would read what it writes (and a run again nest deeper).
+  if (into.startsWith(prefix) || prefix.startsWith(into)) {
+    throw new UsageError(`${shown(prefix)} and ${shown(into)} overlap: copy a folder to one outside it`);
+  }
   const total = objects.reduce((sum, o) => sum + o.size, 0);
   const progress = transferProgress(`${shown(prefix)} -> ${shown(into)} (${objects.length} files)`, total, {
     json: ctx.json,
@@ -78,7 +82,9 @@ async function copyFolder(
 
 /** One object to another key, as one stream. */
 async function copyObject(ctx: Context, from: ObjectRef, to: ObjectRef, progress: Progress): Promise<ObjectInfo> {
-  const got = await ctx.objects.download(from).catch((err: unknown) => {
+  // The source's download ends with the copy, however it ends (a refused upload must not leave it open).
+  const source = new AbortController();
+  const got = await ctx.objects.download(from, { signal: source.signal }).catch((err: unknown) => {
     throw err instanceof ApiError && err.status === 404 ? objectNotFound(from) : err;
   });
   const counted = progress.counter();
@@ -87,20 +93,28 @@ async function copyObject(ctx: Context, from: ObjectRef, to: ObjectRef, progress
   pipeline(Readable.fromWeb(got.body as WebReadableStream), counted).catch((err: Error) => {
     broke = err;
   });
+  const length = got.contentLength;
   try {
-    // Of a known length (the service answers with it), else sent chunked.
-    return await ctx.objects.upload(
-      to,
-      counted,
-      got.contentLength === null ? {} : { contentLength: got.contentLength },
-    );
+    // Of a known length (the service answers with it), else sent chunked; the source's content type kept.
+    return await ctx.objects.upload(to, counted, {
+      ...(length === null ? {} : { contentLength: length }),
+      ...(got.contentType ? { contentType: got.contentType } : {}),
+    });
   } catch (err) {
-    // A refusal is the service's; a stream cut (either way) is said as one, not as a platform out of reach.
-    if (err instanceof ApiError) throw err;
+    // A refusal is the service's, and a platform out of reach said as such; a stream cut either way is said as one.
+    if (err instanceof ApiError || isUnreachable(err)) throw err;
     const why = broke ?? ((err as Error).cause as Error | undefined) ?? (err as Error);
+    // Cut before all of it was sent, the service stored nothing; after, only its answer may have been lost.
+    const stored =
+      length !== null && counted.bytes < length
+        ? 'nothing stored there'
+        : `it may have been stored: gpu storage ls ${shown(to.key)} shows`;
     throw new Error(
-      `the copy of ${shown(from.key)} to ${shown(to.key)} broke off at ${counted.bytes} of ` +
-        `${got.contentLength ?? '?'} bytes (${why.message}): nothing stored there; run the same command again`,
+      `the copy of ${shown(from.key)} to ${shown(to.key)} broke off at ${counted.bytes} of ${length ?? '?'} bytes ` +
+        `(${why.message}): ${stored}; run the same command again`,
     );
+  } finally {
+    source.abort();
+    counted.destroy();
   }
 }

@@ -607,6 +607,9 @@ describe('gpu against a platform whose machine runs workloads', () => {
       stderr: expect.stringContaining('name a rate to change'),
     });
     expect((await provider.gpu(['rates', 'set', machineId, '--bid-floor', 'never'])).code).toBe(2);
+    // A pair billing would not read is a usage error before anything is asked (of a machine not there, too).
+    const nowhere = '00000000-0000-4000-8000-000000000000';
+    expect((await provider.gpu(['rates', 'set', nowhere, '--base', 'H100=cheap'])).code).toBe(2);
   });
 
   it('lists and signs out devices, and changes the password read from standard input, never from the command line', async () => {

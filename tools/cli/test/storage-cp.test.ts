@@ -224,9 +224,10 @@ describe('gpu storage cp and rm', () => {
     mkdirSync(join(here, 'dir', 'sub'), { recursive: true });
     writeFileSync(join(here, 'dir', 'x.txt'), 'x\n');
     writeFileSync(join(here, 'dir', 'sub', 'y.txt'), 'y\n');
-    expect((await gpu(['storage', 'cp', join(here, 'a.bin'), 'gpu:within/'])).code).toBe(0);
+    const sourceType = answer(await gpu(['storage', 'cp', join(here, 'a.bin'), 'gpu:within/', '--json'])).content_type;
     expect((await gpu(['storage', 'cp', '-r', join(here, 'dir'), 'gpu:within/dir'])).code).toBe(0);
 
+    expect(sourceType).toMatch(/^application\//);
     expect(answer(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:within/b.bin', '--json']))).toMatchObject({
       key: 'within/b.bin',
       size: bytes.length,
@@ -263,6 +264,20 @@ describe('gpu storage cp and rm', () => {
       stderr: expect.stringContaining('name a remote side'),
     });
     expect(await keysUnder('elsewhere/')).toEqual([]);
+    // A folder into itself, or into one that holds it: refused before anything is copied.
+    for (const [from, to] of [
+      ['gpu:within/dir/', 'gpu:within/dir/backup'],
+      ['gpu:within/', 'gpu:'],
+      ['gpu:', 'gpu:backup/'],
+    ] as const) {
+      expect(await gpu(['storage', 'cp', '-r', from, to]), `${from} ${to}`).toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining('overlap: copy a folder to one outside it'),
+      });
+    }
+    // The source's content type kept, not guessed again from the new key.
+    const typed = answer(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:other/a.txt', '--json']));
+    expect(typed.content_type).toBe(sourceType);
     // The source's bytes cut off mid-way: the copy fails, and no part of it is stored.
     proxy.limitNext(objectGet, { bytes: 1024 * 1024, mode: 'cut' });
     const cut = await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:cut/a.bin']);
@@ -315,7 +330,7 @@ describe('gpu storage cp and rm', () => {
     const up = await gpu(['storage', 'cp', '-r', data, 'gpu:partial/']);
     expect(up.code).toBe(1);
     expect(up.stderr).toContain(`gpu: failed ${join(data, 'b.txt')} -> gpu:partial/b.txt: OBJECT_STORE_ERROR: `);
-    expect(up.stderr).toContain(`gpu: 1 of 3 files of ${data} failed (each said above), 2 stored`);
+    expect(up.stderr).toContain(`gpu: COPY_INCOMPLETE: 1 of 3 files of ${data} failed (each said above), 2 stored`);
     expect(await keysUnder('partial/')).toEqual(['partial/a.txt', 'partial/c.txt']);
     // With --json: each failure one JSON object a line, naming both sides.
     const upJson = await gpu(['storage', 'cp', '-r', data, 'gpu:partial/', '--json']);
@@ -326,7 +341,7 @@ describe('gpu storage cp and rm', () => {
       .map((l) => JSON.parse(l));
     expect(lines[0]).toMatchObject({ from: join(data, 'b.txt'), to: 'gpu:partial/b.txt', status: 502 });
     expect(lines[0].code).toBe('OBJECT_STORE_ERROR');
-    expect(lines.at(-1)).toMatchObject({ code: 'ERROR', detail: expect.stringContaining('1 of 3 files') });
+    expect(lines.at(-1)).toMatchObject({ code: 'COPY_INCOMPLETE', copied: 2, failed: 1, files: 3 });
     refusedPut.end();
     expect((await gpu(['storage', 'cp', '-r', data, 'gpu:partial/'])).code).toBe(0);
 
@@ -337,7 +352,9 @@ describe('gpu storage cp and rm', () => {
     refusedGet.end();
     expect(down.code).toBe(1);
     expect(down.stderr).toContain(`gpu: failed gpu:partial/a.txt -> ${join(out, 'a.txt')}: INTERNAL: `);
-    expect(down.stderr).toContain('gpu: 1 of 3 files of gpu:partial/ failed (each said above), 2 written');
+    expect(down.stderr).toContain(
+      'gpu: COPY_INCOMPLETE: 1 of 3 files of gpu:partial/ failed (each said above), 2 written',
+    );
     expect(readdirSync(out).sort()).toEqual(['b.txt', 'c.txt']);
 
     // A refusal every file would meet (the folder not the caller's): no new file started after it, said once.
@@ -347,12 +364,28 @@ describe('gpu storage cp and rm', () => {
     const put = (r: Seen) => r.method === 'PUT' && r.url.startsWith('/objects/');
     const notOwned = proxy.refuse(put, 403, 'FOLDER_NOT_OWNED');
     const stopped = await gpu(['storage', 'cp', '-r', many, 'gpu:refused/']);
+    const stoppedJson = await gpu(['storage', 'cp', '-r', many, 'gpu:refused/', '--json']);
     notOwned.end();
     expect(stopped.code).toBe(1);
-    expect(stopped.stderr).toMatch(
-      new RegExp(`^gpu: 0 of 8 files of ${many} stored before the failure below\ngpu: FOLDER_NOT_OWNED: .*\n$`),
-    );
-    expect(proxy.seen.slice(asked).filter(put).length).toBeLessThanOrEqual(4);
+    const said = stopped.stderr.split('\n');
+    expect(said[0]).toBe(`gpu: 0 of 8 files of ${many} stored before the failure below`);
+    expect(said[1]).toMatch(/^gpu: FOLDER_NOT_OWNED: /);
+    expect(said.slice(2)).toEqual(['']);
+    expect(proxy.seen.slice(asked).filter(put).length).toBeLessThanOrEqual(8);
+    // With --json: the one failure, its counts in it, nothing else on standard error.
+    expect(stoppedJson.code).toBe(1);
+    expect(JSON.parse(stoppedJson.stderr)).toMatchObject({ code: 'FOLDER_NOT_OWNED', copied: 0, files: 8 });
+
+    // The platform out of reach: said once, not as a failure of each file.
+    const away = await faultProxy(proxy.url);
+    const viaAway = gpuAt(away.url, join(dir, 'away-config'));
+    const { email, password } = await registerAndLogin(auth.app, { roles: ['renter'] });
+    expect((await viaAway(['login', '--email', email], { input: `${password}\n` })).code).toBe(0);
+    await away.close();
+    const unreachable = await viaAway(['storage', 'cp', '-r', many, 'gpu:away/']);
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr).not.toContain('gpu: failed');
+    expect(unreachable.stderr).toMatch(/gpu: cannot reach the platform at http:\S+ \(from GPU_URL\): ECONNREFUSED\n$/);
   });
 
   it('sends the parts of a large file side by side, 4 at once', async () => {

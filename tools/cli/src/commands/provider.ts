@@ -61,26 +61,34 @@ function rateKey(model: string): string {
   return model === 'default' ? model : gpuModelKey(model);
 }
 
-/**
- * The rates `rates set` asks for: `current` with what was given changed (`MODEL=none` and `none` put back the
- * platform's), or with `--replace` only what was given.
- */
-function ratesAfter(current: typeof NO_RATES, opts: RateChanges) {
-  const base: Record<string, string> = opts.replace ? {} : { ...current.base_rates };
-  for (const pair of opts.base ?? []) {
+/** `--base` pairs as (rate key, rate or `none`), or a usage error naming the pair billing would not read. */
+function basePairs(pairs: string[]): [string, string][] {
+  return pairs.map((pair) => {
     const at = pair.lastIndexOf('=');
     const model = pair.slice(0, at).trim();
     const rate = pair.slice(at + 1);
     if (!model || !(DECIMAL.test(rate) || rate === 'none')) {
       throw new UsageError(`--base takes MODEL=RATE (H100=2.5, or H100=none for the platform's), not ${pair}`);
     }
-    if (rate === 'none') delete base[rateKey(model)];
-    else base[rateKey(model)] = rate;
+    return [rateKey(model), rate];
+  });
+}
+
+/**
+ * The rates `rates set` asks for: `current` (its models by their keys) with what was given changed (`MODEL=none` and
+ * `none` put back the platform's), or with `--replace` only what was given.
+ */
+function ratesAfter(current: typeof NO_RATES, base: [string, string][], opts: RateChanges) {
+  const rates: Record<string, string> = {};
+  if (!opts.replace) for (const [model, rate] of Object.entries(current.base_rates)) rates[rateKey(model)] = rate;
+  for (const [key, rate] of base) {
+    if (rate === 'none') delete rates[key];
+    else rates[key] = rate;
   }
   const kept = (given: string | undefined, now: string | null) =>
     given === undefined ? (opts.replace ? null : now) : given === 'none' ? null : given;
   return {
-    base_rates: base,
+    base_rates: rates,
     vram_rate_per_gb_hour: kept(opts.vramRate, current.vram_rate_per_gb_hour),
     power_rate_per_watt_hour: kept(opts.powerRate, current.power_rate_per_watt_hour),
     bid_floor: kept(opts.bidFloor, current.bid_floor),
@@ -163,6 +171,7 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
       if (!given && !opts.replace) {
         throw new UsageError('name a rate to change (--base, --vram-rate, --power-rate, --bid-floor), or --replace');
       }
+      const base = basePairs(opts.base ?? []);
       const ctx = context(program);
       const path = { params: { path: { providerID: machineId } } };
       // Read, changed and written back: two owners' changes at the same moment keep the later one's whole table.
@@ -172,7 +181,7 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
       const r = unwrap(
         await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
           ...path,
-          body: ratesAfter(current ?? NO_RATES, opts),
+          body: ratesAfter(current ?? NO_RATES, base, opts),
         }),
       );
       showRates(ctx.json, r);
