@@ -275,10 +275,12 @@ describe('pnpm wallet claim', () => {
       user.token,
     );
     expect(sent.code).toBe(1);
-    const signature = /^signature: (\S+)$/m.exec(sent.stderr)?.[1];
+    // One line, as any failure: the signature, and the command that claims it later (gpu's, which pnpm wallet runs
+    // too).
+    expect(sent.stderr.trim().split('\n')).toHaveLength(1);
+    const signature = /\(signature (\S+)\)/.exec(sent.stderr)?.[1];
     expect(signature).toBeDefined();
-    // The line that claims it later: gpu's, which pnpm wallet runs too.
-    const line = /^claim it with: gpu (wallet deposit .*)$/m.exec(sent.stderr)?.[1];
+    const line = /claim them with gpu (wallet deposit [^)]*)\)$/m.exec(sent.stderr)?.[1];
     expect(line).toBe(
       `wallet deposit ${walletId} --signature ${signature} --amount 3.000000 --url ${middle.url.replace(/\/$/, '')}`,
     );

@@ -105,7 +105,7 @@ async function downloadVersion(
       kept = 0;
     }
     if (kept > 0) {
-      process.stderr.write(`resuming download of ${shown(ref.key)}: ${kept} of ${version.size} bytes already here\n`);
+      progress.say(`resuming download of ${shown(ref.key)}: ${kept} of ${version.size} bytes already here\n`);
     }
     if (kept < version.size) await fetchRest(ctx, ref, handle, kept, version, progress);
   } catch (err) {

@@ -103,7 +103,7 @@ export async function resumableUpload(
     if (await sameBytes(file, (p.part_number - 1) * partSize, p.size, p.etag)) stored.set(p.part_number, p.etag);
   }
   if (stored.size > 0) {
-    process.stderr.write(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
+    progress.say(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
     progress.add([...stored.keys()].reduce((sum, n) => sum + lengthOf(n), 0));
   }
   const missing = Array.from({ length: count }, (_, i) => i + 1).filter((n) => !stored.has(n));
@@ -122,13 +122,13 @@ export async function resumableUpload(
   });
   if (failure !== undefined) {
     if (resumable) {
-      process.stderr.write(
+      progress.say(
         `upload interrupted with ${stored.size} of ${count} parts stored: run the same command again to resume\n`,
       );
     } else {
       await ctx.objects.uploads.abort(pending.upload_id).catch(() => {});
       remember(ctx, key, undefined);
-      process.stderr.write('upload interrupted: nothing stored (standard input cannot be read again)\n');
+      progress.say('upload interrupted: nothing stored (standard input cannot be read again)\n');
     }
     throw localError(failure, 'read', file);
   }

@@ -11,6 +11,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
+import { isCopied } from './copy-filters.ts';
 import { downloadFile, headOf, type ObjectVersion } from './download.ts';
 import { copyEach } from './folder-copy.ts';
 import { locally } from './local-errors.ts';
@@ -122,7 +123,7 @@ async function downloadFolder(
   for (const object of objects) {
     const relative = object.key.slice(prefix.length);
     // The prefix's own folder marker: the folder itself.
-    if (relative === '') continue;
+    if (relative === '' || !isCopied(opts.filters ?? [], relative)) continue;
     const file = fileUnder(root, relative);
     if (file === undefined) throw new Error(`${shown(object.key)} cannot be written under ${root}: its key leaves it`);
     // A key ending in `/` (a folder marker, as some tools store) is a folder.

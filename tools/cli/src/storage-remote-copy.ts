@@ -10,6 +10,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
+import { isCopied } from './copy-filters.ts';
 import { headOf } from './download.ts';
 import { copyEach } from './folder-copy.ts';
 import { isUnreachable } from './local-errors.ts';
@@ -23,7 +24,10 @@ export async function copyWithin(ctx: Context, from: string, to: string, opts: C
   if (opts.recursive) {
     const prefix = asPrefix(from);
     const objects = (await objectsUnder(ctx, prefix, opts.bucket)).filter((o) => !o.key.endsWith('/'));
-    if (objects.length > 0) return copyFolder(ctx, prefix, objects, asPrefix(to), opts);
+    if (objects.length > 0) {
+      const copied = objects.filter((o) => isCopied(opts.filters ?? [], o.key.slice(prefix.length)));
+      return copyFolder(ctx, prefix, copied, asPrefix(to), opts);
+    }
     // `cp -r` of an object copies the object.
     if (isPrefix(from)) throw nothingUnder(from);
   } else if (isPrefix(from)) {

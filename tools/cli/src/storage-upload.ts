@@ -11,6 +11,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { ObjectInfo, ObjectRef } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
+import { type CopyFilter, isCopied } from './copy-filters.ts';
 import { copyEach } from './folder-copy.ts';
 import { localError, locally } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
@@ -20,6 +21,8 @@ import { asPrefix, isPrefix, refOf, shown, uploadKey } from './storage-paths.ts'
 export interface CopyOptions {
   bucket?: string;
   recursive: boolean;
+  /** `--exclude`/`--include`, in order (copy-filters.ts); none: every file. */
+  filters?: readonly CopyFilter[];
 }
 
 /**
@@ -138,9 +141,11 @@ async function filesOf(folder: string): Promise<LocalFile[]> {
  */
 async function uploadFolder(ctx: Context, folder: string, key: string, opts: CopyOptions): Promise<ObjectInfo[]> {
   const prefix = asPrefix(key);
-  const files = await filesOf(folder);
+  const all = await filesOf(folder);
+  const files = all.filter((f) => isCopied(opts.filters ?? [], f.relative));
   if (files.length === 0) {
-    process.stderr.write(`gpu: ${folder} holds no files: nothing copied\n`);
+    const why = all.length === 0 ? 'holds no files' : `holds no file the filters copy (of ${all.length})`;
+    process.stderr.write(`gpu: ${folder} ${why}: nothing copied\n`);
     return [];
   }
   const total = files.reduce((sum, f) => sum + f.size, 0);

@@ -392,7 +392,9 @@ describe('gpu against a platform whose machine runs workloads', () => {
           'echo step; echo note >&2',
         ]),
       );
-      expect(submitted).toMatchObject({ state: 'queued', name: 'cli-job', attempts: [], checkpoint: null });
+      // Queued: billing's background may have placed it already (its first attempt in the answer), not run it.
+      expect(submitted).toMatchObject({ state: 'queued', name: 'cli-job', checkpoint: null });
+      expect(submitted.attempts.length).toBeLessThanOrEqual(1);
       expect(submitted.workload.checkpoint).toEqual({ interval_seconds: 5 });
       const followed = await renter.gpu(['jobs', 'logs', submitted.id, '-f']);
       expect(followed.code, followed.stderr).toBe(0);

@@ -7,6 +7,7 @@ import { ApiError, type ObjectInfo } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
 import { type Command, InvalidArgumentError } from 'commander';
 import { type Context, context, printJson, show, UsageError } from '../cli.ts';
+import { type CopyFilter, copyFilter } from '../copy-filters.ts';
 import { headOf } from '../download.ts';
 import { copyDown } from '../storage-download.ts';
 import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
@@ -63,6 +64,12 @@ export function storageCommands(program: Command) {
         );
       }),
     );
+  // --exclude and --include in the order given (each option keeps its own values; the order is what decides).
+  const filters: CopyFilter[] = [];
+  const addFilter = (include: boolean, pattern: string) => {
+    filters.push(copyFilter(include, pattern));
+    return filters;
+  };
   storage
     .command('cp <from> <to>')
     .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, down from them, or between them')
@@ -90,19 +97,33 @@ export function storageCommands(program: Command) {
         '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
         '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
         '  gpu storage cp -r gpu:runs/ckpt/ gpu:keep/ckpt  keep/ckpt/<its objects>',
+        "  gpu storage cp -r runs gpu:runs/ --exclude '*' --include '*.pt'   the .pt files alone, at any depth",
       ].join('\n'),
     )
     .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
+    .option(
+      '--exclude <pattern>',
+      'with -r: leave out the files whose path in the folder matches (a shell pattern: * matches / too), repeatable',
+      (pattern: string) => addFilter(false, pattern),
+    )
+    .option(
+      '--include <pattern>',
+      'with -r: copy those that match after all; the filters apply in order, the last that matches deciding',
+      (pattern: string) => addFilter(true, pattern),
+    )
     .option('--bucket <name>', 'a bucket of yours instead of your folder')
     .action(
       action(async (from: string, to: string, opts: { bucket?: string; recursive?: boolean }) => {
+        if (filters.length > 0 && !opts.recursive) {
+          throw new UsageError('--exclude and --include choose files of a folder: give them with -r');
+        }
         const ctx = context(program);
         const up = remoteKey(to);
         const down = remoteKey(from);
         if (up === undefined && down === undefined) {
           throw new UsageError('name a remote side (gpu:<key>): cp copies up, down, or within your objects');
         }
-        const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true };
+        const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true, filters };
         if (up !== undefined) {
           const stored = down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy);
           show(
