@@ -65,19 +65,22 @@ export async function copyDown(ctx: Context, key: string, to: string, opts: Copy
   return [await downloadOne(ctx, key, to, opts)];
 }
 
-async function downloadOne(ctx: Context, key: string, to: string, opts: CopyOptions): Promise<Downloaded> {
-  const ref = refOf(key, opts.bucket);
-  let version: ObjectVersion;
+/** The object's version (its size, ETag); a name that is a folder's (without -r) said so, not "not found". */
+export async function objectVersion(ctx: Context, key: string, opts: CopyOptions): Promise<ObjectVersion> {
   try {
-    version = await headOf(ctx, ref);
+    return await headOf(ctx, refOf(key, opts.bucket));
   } catch (err) {
-    // A name that is a folder's: said so, not "not found".
     if (err instanceof ApiError && err.status === 404 && !opts.recursive) {
       const under = await ctx.objects.list(opts.bucket, { prefix: asPrefix(key), limit: 1, metadata: false });
       if (under.objects.length > 0) throw new UsageError(`${shown(key)} is a folder: copy it with -r`);
     }
     throw err;
   }
+}
+
+async function downloadOne(ctx: Context, key: string, to: string, opts: CopyOptions): Promise<Downloaded> {
+  const ref = refOf(key, opts.bucket);
+  const version = await objectVersion(ctx, key, opts);
   // Into a folder named with a trailing separator that is not there yet: made, as `aws s3 cp` makes it.
   if (/[/\\]$/.test(to)) await locally('write', to, () => mkdir(to, { recursive: true }));
   const file = fileFor(key, to);

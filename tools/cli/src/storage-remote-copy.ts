@@ -11,11 +11,10 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
 import { isCopied } from './copy-filters.ts';
-import { headOf } from './download.ts';
 import { copyEach } from './folder-copy.ts';
 import { isUnreachable } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
-import { objectsUnder } from './storage-download.ts';
+import { objectsUnder, objectVersion } from './storage-download.ts';
 import { asPrefix, copyKey, isPrefix, nothingUnder, objectNotFound, refOf, shown } from './storage-paths.ts';
 import type { CopyOptions } from './storage-upload.ts';
 
@@ -35,26 +34,13 @@ export async function copyWithin(ctx: Context, from: string, to: string, opts: C
   }
   const key = copyKey(from, to);
   if (key === from) throw new UsageError(`${shown(from)} would be copied onto itself`);
-  const progress = transferProgress(`${shown(from)} -> ${shown(key)}`, await sizeOf(ctx, from, opts), {
+  const progress = transferProgress(`${shown(from)} -> ${shown(key)}`, (await objectVersion(ctx, from, opts)).size, {
     json: ctx.json,
   });
   try {
     return [await copyObject(ctx, refOf(from, opts.bucket), refOf(key, opts.bucket), progress)];
   } finally {
     progress.stop();
-  }
-}
-
-/** The object's size, or a usage error where the key names a folder. */
-async function sizeOf(ctx: Context, key: string, opts: CopyOptions): Promise<number> {
-  try {
-    return (await headOf(ctx, refOf(key, opts.bucket))).size;
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 404 && !opts.recursive) {
-      const under = await ctx.objects.list(opts.bucket, { prefix: asPrefix(key), limit: 1, metadata: false });
-      if (under.objects.length > 0) throw new UsageError(`${shown(key)} is a folder: copy it with -r`);
-    }
-    throw err;
   }
 }
 

@@ -5,14 +5,13 @@
  * auth's, so signing them up costs nothing of `pnpm start`'s hourly sign-up budget.
  */
 import { execFile, spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NoopPublisher } from '@gpu/common';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { startBackground } from '../../../services/billing/src/background.ts';
 import { base58Encode } from '../../../services/billing/src/domain/chain/base58.ts';
@@ -22,6 +21,7 @@ import type { ProviderDaemon } from '../../provider-daemon/src/daemon.ts';
 import type { WorkloadRunner } from '../../provider-daemon/src/workloads/runner.ts';
 import { containerSettings, testImage } from '../../provider-daemon/test/support/containers.ts';
 import { until, useWorkloadRig } from '../../provider-daemon/test/support/workload-rig.ts';
+import { mailedCode } from './support/email-code.ts';
 import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt, gpuCommandLine, root } from './support/gpu.ts';
 
 vi.setConfig({ testTimeout: CLI_TEST_MS });
@@ -51,18 +51,8 @@ async function signedIn(roles: string[]): Promise<User> {
   return { id: user.id, email, password, token: tokens.access_token, gpu };
 }
 
-/** A code to verify `user`'s address, as auth mails one (this rig sends no mail): only its hash is kept. */
-async function verificationCode(user: User): Promise<string> {
-  const code = randomBytes(32).toString('base64url');
-  await insertEmailToken(rig.platform.auth.db, {
-    user_id: user.id,
-    purpose: 'verify_email',
-    token_hash: createHash('sha256').update(code).digest('hex'),
-    email: user.email,
-    expires_at: new Date(Date.now() + 3_600_000),
-  });
-  return code;
-}
+/** A code to verify `user`'s address, as auth mails one. */
+const verificationCode = (user: User) => mailedCode(rig.platform.auth.db, user, 'verify_email');
 
 /** What a run that succeeded printed, as JSON. */
 function answer(r: GpuResult) {
@@ -648,14 +638,15 @@ describe('gpu against a platform whose machine runs workloads', () => {
 
   it('verifies the address signed in, changing nothing else; not signed in, with a new password that ends the rest', async () => {
     const user = await signedIn(['renter']);
-    const mailedCode = () => verificationCode(user);
-    const verified = await user.gpu(['email', 'verify', '--json'], { env: { GPU_EMAIL_CODE: await mailedCode() } });
+    const verified = await user.gpu(['email', 'verify', '--json'], {
+      env: { GPU_EMAIL_CODE: await verificationCode(user) },
+    });
     expect(answer(verified)).toMatchObject({ email: user.email, email_verified: true });
     expect((await user.gpu(['whoami'])).code).toBe(0);
     // Where nobody is signed in, the code and a new password from standard input make the account the reader's alone.
     const mailbox = gpuAt(url, join(dir, `${user.id}-mailbox`));
     const next = 'the mailbox reader chose this one';
-    const claimed = await mailbox(['email', 'verify'], { input: `${await mailedCode()}\n${next}\n` });
+    const claimed = await mailbox(['email', 'verify'], { input: `${await verificationCode(user)}\n${next}\n` });
     expect(claimed.code, claimed.stderr).toBe(0);
     expect(claimed.stdout).toMatch(/everything made before ended: gpu login/);
     expect(claimed.stdout + claimed.stderr).not.toContain(next);

@@ -13,13 +13,12 @@
  * - failures: `--json` makes them a JSON object on standard error; what to run next named as a command, never a
  *   route; a revoked or unknown API key told as such; a password reset saying what it ended.
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Decimal } from 'decimal.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { insertEmailToken } from '../../../services/auth/src/db/email-token-repository.ts';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import { registrySessionPublisher } from '../../../services/billing/src/adapters/registry-sessions.ts';
 import { type Background, startBackground } from '../../../services/billing/src/background.ts';
@@ -29,6 +28,7 @@ import { gpu as gpuSpec, providerBody } from '../../../services/provider-registr
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
+import { mailedCode } from './support/email-code.ts';
 import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt } from './support/gpu.ts';
 
 vi.setConfig({ testTimeout: CLI_TEST_MS });
@@ -418,20 +418,9 @@ describe('failures', () => {
 
     // A password reset with a mailed code (as auth mails one: only its hash is kept) ends the keys made before.
     const second = answer(await user.gpu(['keys', 'create', 'nightly', '--scope', 'offers', '--json']));
-    const mailedCode = async () => {
-      const code = randomBytes(32).toString('base64url');
-      await insertEmailToken(platform.auth.db, {
-        user_id: user.id,
-        purpose: 'reset_password',
-        token_hash: createHash('sha256').update(code).digest('hex'),
-        email: user.email,
-        expires_at: new Date(Date.now() + 3_600_000),
-      });
-      return code;
-    };
     const next = 'a new password after the reset';
     const reset = await user.gpu(['password', 'reset'], {
-      env: { GPU_RESET_CODE: await mailedCode(), GPU_NEW_PASSWORD: next },
+      env: { GPU_RESET_CODE: await mailedCode(platform.auth.db, user, 'reset_password'), GPU_NEW_PASSWORD: next },
     });
     expect(reset.code, reset.stderr).toBe(0);
     expect(reset.stdout).toContain('every sign-in ended, your API keys and daemon credentials are revoked');
@@ -443,7 +432,10 @@ describe('failures', () => {
     expect(signedOut.code).toBe(1);
     expect(signedOut.stderr).toMatch(/\(gpu login --email <address>\)\n$/);
     const json = await user.gpu(['password', 'reset', '--json'], {
-      env: { GPU_RESET_CODE: await mailedCode(), GPU_NEW_PASSWORD: `${next} again` },
+      env: {
+        GPU_RESET_CODE: await mailedCode(platform.auth.db, user, 'reset_password'),
+        GPU_NEW_PASSWORD: `${next} again`,
+      },
     });
     expect(answer(json)).toEqual({
       password_reset: true,
