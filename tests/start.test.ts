@@ -800,6 +800,14 @@ describe('pnpm start', () => {
       );
       expect(claimed.code, claimed.stderr).toBe(0);
       expect(JSON.parse(claimed.stdout)).toMatchObject({ amount: '3.000000', status: 'confirmed' });
+      // The wallet: the two credited deposits; its address on chain: what it was funded with less the three sent
+      // (the first of 1 sent but never claimed).
+      const balance = await gpu(['wallet', 'balance', problem.wallet_id!, '--chain', '--json'], viaProxy);
+      expect(balance.code, balance.stderr).toBe(0);
+      expect(JSON.parse(balance.stdout)).toMatchObject({
+        total: '23.000000',
+        chain: { wallet_id: problem.wallet_id, token_balance: '1.000000', decimals: 6 },
+      });
     } finally {
       await proxy.close();
     }

@@ -107,6 +107,7 @@ describe('GET /api/v1/pricing/rates', () => {
       demand_multiplier: '1',
       supply_factor: '1',
       platform_fee_percent: '5',
+      storage_rate_per_gb_hour: '0.000100',
     });
   });
 });

@@ -131,6 +131,26 @@ export function dottedVersion(name: string) {
   };
 }
 
+/**
+ * A moment option: a date (`2026-11-01`, its start in UTC) or an RFC 3339 time with its offset
+ * (`2026-11-01T12:00:00Z`), from 1970 to 2100 as the platform takes them; kept as RFC 3339.
+ */
+export function moment(name: string) {
+  return (value: string) => {
+    const date = /^\d{4}-\d{2}-\d{2}$/.test(value);
+    const at = date ? `${value}T00:00:00Z` : value;
+    const ms = Date.parse(at);
+    const rfc3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/.test(at);
+    const real = !Number.isNaN(ms) && (!date || new Date(ms).toISOString().startsWith(value));
+    if (!rfc3339 || !real || ms < 0 || ms >= Date.UTC(2100, 0, 1)) {
+      throw new InvalidArgumentError(
+        `${name} takes a date (2026-11-01) or a time with its offset (2026-11-01T12:00:00Z)`,
+      );
+    }
+    return new Date(ms).toISOString();
+  };
+}
+
 /** A repeatable option's values, in order. */
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];

@@ -23,6 +23,11 @@ export function tokens(value: string | null | undefined): string {
   }
 }
 
+/** A token amount as `tokens` shows it, empty when it is zero (a column where most rows owe nothing). */
+export function tokensIfAny(value: string): string {
+  return new Dec(value).isZero() ? '' : tokens(value);
+}
+
 /** A reliability score (0-1) to two decimals. */
 export function score(value: number | null | undefined): string {
   return value === null || value === undefined ? '' : value.toFixed(2);
@@ -62,4 +67,18 @@ export function time(value: string | null | undefined): string {
 /** Megabytes (of VRAM, of disk) in GB as the platform counts them (1024 MB): `81559` → `79.6 GB`. */
 export function gigabytes(mb: number): string {
   return `${(mb / 1024).toFixed(1)} GB`;
+}
+
+const BYTE_UNITS = ['KB', 'MB', 'GB', 'TB', 'PB'];
+
+/** A byte count as the platform counts sizes (1024 a step, as GB-hours are of 2^30 bytes): `1536` → `1.5 KB`. */
+export function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  let value = n / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < BYTE_UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)} ${BYTE_UNITS[unit]}`;
 }

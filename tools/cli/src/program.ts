@@ -21,7 +21,8 @@ function wantsJson(argv: string[]): boolean {
   return (end === -1 ? argv : argv.slice(0, end)).includes('--json');
 }
 
-function build(json: boolean): Command {
+/** The command line, its every command and option (`json`: failures as JSON on standard error). */
+export function build(json: boolean): Command {
   const program = new Command('gpu')
     .description(
       "The GPU rental platform's command line: offers, rentals and workloads, storage, wallets, keys, SSH keys",

@@ -491,6 +491,74 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect((await renter.gpu(['sessions', '--status', 'completed,terminated'])).code).toBe(0);
   });
 
+  it("shows the platform's rates, what storing objects cost, and the chain balance only where billing has a chain", async () => {
+    // The rate card as billing answers it; the table names each rate.
+    const card = (await rig.billing.app.inject({ method: 'GET', url: '/api/v1/pricing/rates' })).json();
+    expect(answer(await renter.gpu(['rates', '--json']))).toEqual(card);
+    const rates = await renter.gpu(['rates']);
+    expect(rates.stdout).toMatch(
+      new RegExp(`per GPU-hour: nvidia-tesla-h100 +│ ${card.base_rates['nvidia-tesla-h100']}`),
+    );
+    expect(rates.stdout).toMatch(/storage, per GB-hour +│ 0\.000100 \(your charges: gpu storage usage\)/);
+
+    // Two hours of the renter's objects charged, reported as the storage service reports them (a service client).
+    const storageService = await rig.platform.machineClient('service');
+    const hourEnding = (iso: string) => ({
+      period_start: new Date(Date.parse(iso) - 3_600_000).toISOString(),
+      period_end: iso,
+    });
+    for (const [at, bytes] of [
+      ['2026-10-01T01:00:00.000Z', 5 * 2 ** 30],
+      ['2026-10-02T01:00:00.000Z', 3 * 2 ** 20],
+    ] as const) {
+      const charged = await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/storage-usage',
+        headers: { authorization: `Bearer ${await storageService.get()}` },
+        payload: { user_id: renter.id, ...hourEnding(at), bytes },
+      });
+      expect(charged.statusCode, charged.body).toBe(201);
+    }
+    const charges = answer(await renter.gpu(['storage', 'usage', '--json']));
+    expect(charges).toMatchObject([
+      { period_end: '2026-10-02T01:00:00.000Z', bytes: 3 * 2 ** 20, cost: '0.000000' },
+      {
+        period_end: '2026-10-01T01:00:00.000Z',
+        bytes: 5 * 2 ** 30,
+        gb_hours: '5',
+        cost: '0.000500',
+        unpaid: '0.000000',
+      },
+    ]);
+    // Page after page, the same list; --from and --to bound the periods' starts; the table in words.
+    expect(answer(await renter.gpu(['storage', 'usage', '--page-size', '1', '--json']))).toEqual(charges);
+    expect(answer(await renter.gpu(['storage', 'usage', '--from', '2026-10-02', '--json']))).toEqual([charges[0]]);
+    expect(answer(await renter.gpu(['storage', 'usage', '--to', '2026-10-01T12:00:00+02:00', '--json']))).toEqual([
+      charges[1],
+    ]);
+    const table = await renter.gpu(['storage', 'usage']);
+    expect(table.stdout).toMatch(
+      /2026-10-01T00:00:00Z.*2026-10-01T01:00:00Z.*5\.0 GB.*│ 5 +│ 0\.000100 +│ 0\.000500 +│ 0\.000500/,
+    );
+    expect(table.stdout).toContain('3.0 MB');
+    expect(await renter.gpu(['storage', 'usage', '--from', '2027-01-01'])).toMatchObject({
+      code: 0,
+      stdout: '',
+      stderr: 'no storage charges (in those periods)\n',
+    });
+    // Another user's charges are not the renter's to read; a date that is none is a usage error, nothing asked.
+    refused(await renter.gpu(['storage', 'usage', '--user', provider.id]), 'NOT_WALLET_HOLDER');
+    expect(answer(await provider.gpu(['storage', 'usage', '--json']))).toEqual([]);
+    for (const bad of ['2026-02-30', 'yesterday', '2026-10-01T12:00:00', '2100-01-01']) {
+      const r = await renter.gpu(['storage', 'usage', '--from', bad]);
+      expect(r, bad).toMatchObject({ code: 2, stderr: expect.stringContaining('--from takes a date (2026-11-01)') });
+    }
+
+    // This platform's billing has no chain: --chain is refused, the balance without it answers.
+    refused(await renter.gpu(['wallet', 'balance', walletId, '--chain']), 'SOLANA_NOT_CONFIGURED');
+    expect(answer(await renter.gpu(['wallet', 'balance', walletId, '--json']))).toMatchObject({ wallet_id: walletId });
+  });
+
   it("serves the provider: its machines, the machine's rates set and shown, its earnings, a payout asked for", async () => {
     const machines = answer(await provider.gpu(['machines', '--json']));
     expect(machines.map((m: { id: string }) => m.id)).toEqual([machineId]);

@@ -772,7 +772,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee */
+        /** The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee, and its storage rate */
         get: operations["getPlatformRates"];
         put?: never;
         post?: never;
@@ -1508,6 +1508,8 @@ export interface components {
             demand_multiplier: string;
             platform_fee_percent: string;
             power_rate_per_watt_hour: string;
+            /** @description what a GB of stored objects costs an hour (GET /billing/storage-usage: a user's storage charges) */
+            storage_rate_per_gb_hour: string;
             supply_factor: string;
             vram_rate_per_gb_hour: string;
         };

@@ -99,6 +99,9 @@ const platformRatesSchema = z
     demand_multiplier: z.string(),
     supply_factor: z.string(),
     platform_fee_percent: z.string(),
+    storage_rate_per_gb_hour: z
+      .string()
+      .describe("what a GB of stored objects costs an hour (GET /billing/storage-usage: a user's storage charges)"),
   })
   .register(schemas, { id: 'PlatformRates' });
 
@@ -171,7 +174,8 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       schema: {
         tags: ['pricing'],
         operationId: 'getPlatformRates',
-        summary: "The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee",
+        summary:
+          "The platform's base hourly rates per GPU model, VRAM and power rates, factors and fee, and its storage rate",
         response: {
           200: platformRatesSchema,
         },
@@ -188,6 +192,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
         demand_multiplier: new Dec(await market.demandMultiplier({ gpuModel: 'default' })).toFixed(),
         supply_factor: new Dec(await market.supplyFactor({ gpuModel: 'default' })).toFixed(),
         platform_fee_percent: new Dec(platformFeePercent).toFixed(),
+        storage_rate_per_gb_hour: fmt(ctx.pricing.storageRatePerGbHour),
       };
     },
   );

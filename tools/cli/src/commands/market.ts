@@ -1,4 +1,7 @@
-/** The market: `offers` (machines with free GPUs, searched and sorted) and `quote` (a machine's price for a rental). */
+/**
+ * The market: `offers` (machines with free GPUs, searched and sorted), `quote` (a machine's price for a rental) and
+ * `rates` (the platform's rate card: what prices a machine without rates of its own).
+ */
 import { type RegistryPaths, type RegistrySchemas, unwrap } from '@gpu/client';
 import { type Command, Option } from 'commander';
 import {
@@ -240,6 +243,30 @@ export function marketCommands(program: Command) {
         ['total', tokens(q.total_cost)],
         ['platform fee (of it)', tokens(q.platform_fee)],
         ['machine earns', tokens(q.provider_earnings)],
+      ]);
+    });
+
+  program
+    .command('rates')
+    .description(
+      "the platform's rates: per GPU-hour by model (default: a model not listed), per GB of VRAM-hour and per " +
+        "watt-hour, the market's factors, the platform's fee (its share of a payment, not added) and what a GB " +
+        "stored costs an hour. A machine's " +
+        'own rates replace them for its sessions: gpu provider rates show <machine-id>; gpu quote prices a rental',
+    )
+    .action(async () => {
+      const ctx = context(program);
+      const r = unwrap(await ctx.billing.GET('/api/v1/pricing/rates'));
+      const models = Object.entries(r.base_rates).filter(([model]) => model !== 'default');
+      showRecord(ctx.json, r, [
+        ...models.map(([model, rate]): [string, string] => [`per GPU-hour: ${model}`, tokens(rate)]),
+        ['per GPU-hour: any other model', tokens(r.default_rate)],
+        ['per GB VRAM-hour', r.vram_rate_per_gb_hour],
+        ['per watt-hour', r.power_rate_per_watt_hour],
+        ['demand multiplier', r.demand_multiplier],
+        ['supply factor', r.supply_factor],
+        ['platform fee', `${r.platform_fee_percent}% of each payment`],
+        ['storage, per GB-hour', `${r.storage_rate_per_gb_hour} (your charges: gpu storage usage)`],
       ]);
     });
 }

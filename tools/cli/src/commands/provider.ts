@@ -105,10 +105,13 @@ export function providerCommands(program: Command) {
     .description('your machines: their status and GPUs')
     .action(() => listMachines(program));
   machineOnboarding(program, provider, machines);
-  moneyCommands(program, provider);
-  // The same commands at the top level, as they were before `provider` held them (scripts use them).
+  moneyCommands(program, provider, provider.command('rates').description(MACHINE_RATES));
+  // The same commands at the top level, as they were before `provider` held them (scripts use them); `gpu rates` itself
+  // is the platform's rate card (market.ts), `rates show` and `rates set` these.
   program.command('machines', { hidden: true }).action(() => listMachines(program));
-  moneyCommands(program, program, { hidden: true });
+  const platformRates = program.commands.find((c) => c.name() === 'rates');
+  if (!platformRates) throw new Error('gpu rates (the platform rate card) is registered before the provider commands');
+  moneyCommands(program, program, platformRates, { hidden: true });
   payoutSettingsCommand(program, provider);
 }
 
@@ -131,11 +134,12 @@ async function listMachines(program: Command) {
   );
 }
 
-/** `rates`, `earnings` and `payout`, under `parent`. */
-function moneyCommands(program: Command, parent: Command, opts: { hidden?: boolean } = {}) {
-  const rates = parent.command('rates', opts).description("a machine's own rates (else the platform's apply)");
+const MACHINE_RATES = "a machine's own rates (else the platform's apply)";
+
+/** `rates show|set` (under `rates`), `earnings` and `payout` (under `parent`). */
+function moneyCommands(program: Command, parent: Command, rates: Command, opts: { hidden?: boolean } = {}) {
   rates
-    .command('show <machine-id>')
+    .command('show <machine-id>', opts)
     .description("the machine's own rates: per GPU-hour by model, VRAM and power (empty: the platform's)")
     .action(async (machineId: string) => {
       const ctx = context(program);
@@ -145,7 +149,7 @@ function moneyCommands(program: Command, parent: Command, opts: { hidden?: boole
       showRates(ctx.json, r);
     });
   rates
-    .command('set <machine-id>')
+    .command('set <machine-id>', opts)
     .description(
       "change the machine's rates (they price its sessions started from now on): what is given changes, the rest " +
         "is kept; none puts the platform's back. With --replace, what is left out is the platform's",

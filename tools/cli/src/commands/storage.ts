@@ -1,14 +1,16 @@
 /**
- * `storage ls|cp|presign|rm`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
+ * `storage ls|cp|presign|rm|usage`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
  * `cp`, `scp` and `aws s3 cp` name theirs (storage-paths.ts), streamed both ways and never held whole; a large
- * transfer shows its progress on a terminal.
+ * transfer shows its progress on a terminal; `usage` is what storing them cost (billing's storage charges).
  */
 import { ApiError, type ObjectInfo } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
 import { type Command, InvalidArgumentError } from 'commander';
-import { type Context, context, printJson, show, UsageError } from '../cli.ts';
+import { type Context, context, count, moment, printJson, show, UsageError } from '../cli.ts';
 import { type CopyFilter, copyFilter } from '../copy-filters.ts';
 import { headOf } from '../download.ts';
+import { bytes, time, tokens, tokensIfAny } from '../format.ts';
+import { everyPage } from '../paging.ts';
 import { copyDown } from '../storage-download.ts';
 import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
 import { copyWithin } from '../storage-remote-copy.ts';
@@ -185,6 +187,59 @@ export function storageCommands(program: Command) {
         else process.stdout.write(deleted.map((k) => `deleted ${shown(k)}\n`).join(''));
       }),
     );
+  storage
+    .command('usage')
+    .description(
+      'what storing your objects cost: one charge per period the storage service measured (newest first), its ' +
+        'GB-hours at the rate of the time (gpu rates), paid from your wallet (what it could not pay: unpaid); every ' +
+        'page, or the first --limit',
+    )
+    .option(
+      '--from <date>',
+      'periods starting at or after this (2026-11-01, or 2026-11-01T12:00:00Z)',
+      moment('--from'),
+    )
+    .option('--to <date>', 'periods starting before this', moment('--to'))
+    .option('--user <user-id>', "for admins: this user's charges (default: yours; an admin's: everyone's)")
+    .option('--limit <n>', 'at most this many', count('--limit'))
+    .option('--page-size <n>', 'how many one request asks for (1-1000)', count('--page-size'), 1000)
+    .action(async (opts: { from?: string; to?: string; user?: string; limit?: number; pageSize: number }) => {
+      const ctx = context(program);
+      const charges = await everyPage(
+        (cursor) =>
+          ctx.billing.GET('/api/v1/billing/storage-usage', {
+            params: {
+              query: {
+                limit: Math.min(opts.limit ?? opts.pageSize, opts.pageSize),
+                ...(cursor ? { cursor } : {}),
+                ...(opts.from ? { from: opts.from } : {}),
+                ...(opts.to ? { to: opts.to } : {}),
+                ...(opts.user ? { user_id: opts.user } : {}),
+              },
+            },
+          }),
+        opts.limit,
+      );
+      if (!ctx.json && charges.length === 0) {
+        process.stderr.write('no storage charges (in those periods)\n');
+        return;
+      }
+      show(
+        ctx.json,
+        charges,
+        ['from', 'to', 'stored', 'GB-hours', 'rate', 'cost', 'paid', 'unpaid'],
+        charges.map((c) => [
+          time(c.period_start),
+          time(c.period_end),
+          bytes(c.bytes),
+          c.gb_hours,
+          tokens(c.rate_per_gb_hour),
+          tokens(c.cost),
+          tokens(c.charged),
+          tokensIfAny(c.unpaid),
+        ]),
+      );
+    });
 }
 
 /** `aws s3 presign`'s `--expires-in` in seconds, or the service's own form (`15m`, `1h30m`). */

@@ -1,5 +1,6 @@
 /**
- * `wallet list|open|use|balance|history|deposit|withdraw`: your token wallets at billing. `open` opens yours at a
+ * `wallet list|open|use|balance|history|deposit|withdraw`: your token wallets at billing (and, `balance --chain`, what
+ * their addresses hold on chain). `open` opens yours at a
  * Solana address (proven with its keypair), `use` chooses the default wallet, which every command that takes a wallet
  * (and `rent`, `run`, `jobs submit`) acts on when given none. Amounts are decimal strings from end to end (never JS
  * numbers); a request that moves tokens carries an idempotency key, so that the client's retries and a repeat of the
@@ -114,15 +115,30 @@ export function walletCommands(program: Command) {
   wallet
     .command('balance')
     .argument(WALLET_ARG, WALLET_ARG_HELP)
-    .description('what the wallet holds: total, available, locked by running sessions, pending')
+    .description(
+      'what the wallet holds: total, available, locked by running sessions, pending; with --chain also the tokens ' +
+        'its Solana address holds on chain (what deposits come from, withdrawals go to), read by billing',
+    )
     .option('--address <address>', 'the wallet of yours at this Solana address')
-    .action(async (given: string | undefined, opts: { address?: string }) => {
+    .option('--chain', "also the platform token held on chain at the wallet's address")
+    .action(async (given: string | undefined, opts: { address?: string; chain?: boolean }) => {
       const ctx = context(program);
       const walletId = await chooseWallet(ctx, { id: given, address: opts.address });
-      const b = unwrap(
-        await ctx.billing.GET('/api/v1/wallet/{walletID}/balance', { params: { path: { walletID: walletId } } }),
+      const path = { params: { path: { walletID: walletId } } };
+      const [b, chain] = await Promise.all([
+        ctx.billing.GET('/api/v1/wallet/{walletID}/balance', path).then(unwrap),
+        opts.chain ? ctx.billing.GET('/api/v1/wallet/{walletID}/chain-balance', path).then(unwrap) : undefined,
+      ]);
+      if (!chain) {
+        show(ctx.json, b, ['total', 'available', 'locked', 'pending'], [[b.total, b.available, b.locked, b.pending]]);
+        return;
+      }
+      show(
+        ctx.json,
+        { ...b, chain },
+        ['total', 'available', 'locked', 'pending', 'on chain', 'address'],
+        [[b.total, b.available, b.locked, b.pending, chain.token_balance, chain.solana_address]],
       );
-      show(ctx.json, b, ['total', 'available', 'locked', 'pending'], [[b.total, b.available, b.locked, b.pending]]);
     });
 
   wallet
