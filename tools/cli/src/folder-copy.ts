@@ -5,7 +5,8 @@
  * copy then ends with exit status 1, saying how many failed (`COPY_INCOMPLETE`, with `copied`, `failed` and `files`
  * in JSON). A failure every other file would meet too stops it instead: the files under way finish, no new one
  * starts, and the failure is said last, as a single command's is, with the counts (the sign-in refused or out of
- * date, a folder or bucket not the caller's, a bucket not there, the platform out of reach).
+ * date, a folder or bucket not the caller's, a bucket not there, the platform out of reach). Either way the failure
+ * holds what was copied (`CopyIncomplete`), which the command prints as it prints a whole copy's.
  */
 import { ApiError } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
@@ -21,6 +22,17 @@ const FILES_AT_ONCE = 4;
 export interface FileCopy {
   from: string;
   to: string;
+}
+
+/** A folder copy that did not copy every file: what it did copy, in the files' order, and why the rest were not. */
+export class CopyIncomplete<R> extends ShownFailure {
+  constructor(
+    readonly copied: R[],
+    problem: ConstructorParameters<typeof ShownFailure>[0],
+    cause?: unknown,
+  ) {
+    super(problem, cause);
+  }
 }
 
 /** Codes that refuse the copy rather than one file. */
@@ -80,16 +92,17 @@ export async function copyEach<F extends FileCopy, R>(
   }
   const of = `${files.length} files of ${names.what}`;
   const counts = { copied: finished, failed, files: files.length };
+  const done = copied.filter((r) => r !== undefined);
   if (stop !== undefined) {
     if (!ctx.json) {
       const failedToo = failed ? `, ${failed} failed (said above),` : '';
       process.stderr.write(`gpu: ${finished} of ${of} ${names.done}${failedToo} before the failure below\n`);
     }
     // The failure as it is (its own words and hint), with the counts beside it in JSON.
-    throw new ShownFailure(counts, stop);
+    throw new CopyIncomplete(done, counts, stop);
   }
   if (failed > 0) {
-    throw new ShownFailure({
+    throw new CopyIncomplete(done, {
       status: null,
       code: 'COPY_INCOMPLETE',
       detail: `${failed} of ${of} failed (each said above), ${finished} ${names.done}: the same command again copies them all`,

@@ -372,9 +372,14 @@ describe('gpu storage cp and rm', () => {
     expect(up.stderr).toContain(`gpu: failed ${join(data, 'b.txt')} -> gpu:partial/b.txt: OBJECT_STORE_ERROR: `);
     expect(up.stderr).toContain(`gpu: COPY_INCOMPLETE: 1 of 3 files of ${data} failed (each said above), 2 stored`);
     expect(await keysUnder('partial/')).toEqual(['partial/a.txt', 'partial/c.txt']);
-    // With --json: each failure one JSON object a line, naming both sides.
+    // What was stored is printed as a whole copy's is.
+    expect(up.stdout).toContain('│ partial/a.txt ');
+    expect(up.stdout).toContain('│ partial/c.txt ');
+    expect(up.stdout).not.toContain('b.txt');
+    // With --json: each failure one JSON object a line, naming both sides; what was stored on standard output.
     const upJson = await gpu(['storage', 'cp', '-r', data, 'gpu:partial/', '--json']);
     expect(upJson.code).toBe(1);
+    expect(JSON.parse(upJson.stdout).map((o: { key: string }) => o.key)).toEqual(['partial/a.txt', 'partial/c.txt']);
     const lines = upJson.stderr
       .trim()
       .split('\n')
@@ -396,6 +401,11 @@ describe('gpu storage cp and rm', () => {
       'gpu: COPY_INCOMPLETE: 1 of 3 files of gpu:partial/ failed (each said above), 2 written',
     );
     expect(readdirSync(out).sort()).toEqual(['b.txt', 'c.txt']);
+    const refusedAgain = proxy.refuse(named('a.txt', 'GET'), 500, 'INTERNAL');
+    const downJson = await gpu(['storage', 'cp', '-r', 'gpu:partial/', join(dir, 'partial-json'), '--json']);
+    refusedAgain.end();
+    expect(downJson.code).toBe(1);
+    expect(JSON.parse(downJson.stdout).map((f: { key: string }) => f.key)).toEqual(['partial/b.txt', 'partial/c.txt']);
 
     // A refusal every file would meet (the folder not the caller's): no new file started after it, said once.
     const many = folder('refused');
@@ -411,6 +421,8 @@ describe('gpu storage cp and rm', () => {
     expect(said[0]).toBe(`gpu: 0 of 8 files of ${many} stored before the failure below`);
     expect(said[1]).toMatch(/^gpu: FOLDER_NOT_OWNED: /);
     expect(said.slice(2)).toEqual(['']);
+    expect(stopped.stdout).toBe('');
+    expect(JSON.parse(stoppedJson.stdout)).toEqual([]);
     expect(proxy.seen.slice(asked).filter(put).length).toBeLessThanOrEqual(8);
     // With --json: the one failure, its counts in it, nothing else on standard error.
     expect(stoppedJson.code).toBe(1);

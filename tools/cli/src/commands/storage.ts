@@ -9,6 +9,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import { type Context, context, count, moment, printJson, show, UsageError } from '../cli.ts';
 import { type CopyFilter, copyFilter } from '../copy-filters.ts';
 import { headOf } from '../download.ts';
+import { CopyIncomplete } from '../folder-copy.ts';
 import { bytes, time, tokens, tokensIfAny } from '../format.ts';
 import { everyPage } from '../paging.ts';
 import { copyDown } from '../storage-download.ts';
@@ -126,18 +127,27 @@ export function storageCommands(program: Command) {
           throw new UsageError('name a remote side (gpu:<key>): cp copies up, down, or within your objects');
         }
         const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true, filters };
-        if (up !== undefined) {
-          const stored = down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy);
+        // What was copied, printed the same whether every file was or some failed (said on standard error).
+        const report = (copied: unknown[]) => {
+          if (up === undefined) {
+            if (ctx.json && to !== '-') printJson(copy.recursive ? copied : copied[0]);
+            return;
+          }
+          const stored = copied as ObjectInfo[];
           show(
             ctx.json,
             copy.recursive ? stored : stored[0],
             ['key', 'size', 'etag'],
-            stored.map((info: ObjectInfo) => [info.key, info.size, info.etag]),
+            stored.map((info) => [info.key, info.size, info.etag]),
           );
-          return;
+        };
+        try {
+          if (up === undefined) report(await copyDown(ctx, down!, to, copy));
+          else report(down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy));
+        } catch (err) {
+          if (err instanceof CopyIncomplete && (ctx.json || err.copied.length > 0)) report(err.copied);
+          throw err;
         }
-        const written = await copyDown(ctx, down!, to, copy);
-        if (ctx.json && to !== '-') printJson(copy.recursive ? written : written[0]);
       }),
     );
   storage
