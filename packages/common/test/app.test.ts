@@ -203,6 +203,7 @@ describe('app factory', () => {
           'range',
           'if-none-match',
           'if-modified-since',
+          'if-match',
         ]),
       );
     }

@@ -6,6 +6,12 @@ import { AppError, errors } from '@gpu/common';
 import type { DestinationProblem } from './domain/chain/chain.ts';
 
 export const billingErrors = {
+  ratesChanged: (providerId: string, etag: string) =>
+    new AppError(
+      'precondition_failed',
+      'RATES_CHANGED',
+      `provider ${providerId}'s rates changed since they were read (If-Match): read them again (ETag now ${etag})`,
+    ),
   walletNotFound: (id: string) => errors.notFound('WALLET_NOT_FOUND', `wallet ${id} not found`),
   providerWalletNotFound: (providerId: string) =>
     errors.notFound('WALLET_NOT_FOUND', `provider ${providerId} has no wallet`),

@@ -113,6 +113,54 @@ describe('GET /api/v1/pricing/rates', () => {
 });
 
 describe('provider rates', () => {
+  it('change with If-Match only as they were read: a change made in between is 412, nothing written', async () => {
+    const url = `/api/v1/provider/${crypto.randomUUID()}/rates`;
+    const read = await h.app.inject({ method: 'GET', url });
+    const never = read.headers.etag as string;
+    expect(never).toMatch(/^"[\w-]{27}"$/);
+    // Two owners read the same rates and change them at once: one change is written, the other refused.
+    const both = await Promise.all(
+      ['2.5', '3.5'].map((rate) =>
+        h.app.inject({
+          method: 'PUT',
+          url,
+          headers: { 'if-match': never },
+          payload: { base_rates: { H100: rate } },
+        }),
+      ),
+    );
+    expect(both.map((r) => r.statusCode).sort()).toEqual([200, 412]);
+    const won = both.find((r) => r.statusCode === 200)!;
+    const lost = both.find((r) => r.statusCode === 412)!;
+    expect(lost.json()).toMatchObject({ status: 412, code: 'RATES_CHANGED' });
+    expect(lost.json().detail).toContain(won.headers.etag);
+    const after = await h.app.inject({ method: 'GET', url });
+    expect(after.json().base_rates).toEqual(won.json().base_rates);
+    expect(after.headers.etag).toBe(won.headers.etag);
+    expect(after.headers.etag).not.toBe(never);
+    // With the tag read now it goes through, and so does `*` or a list holding it; a stale one never does.
+    const stale = await h.app.inject({
+      method: 'PUT',
+      url,
+      headers: { 'if-match': never },
+      payload: { base_rates: { H100: '9' } },
+    });
+    expect(stale.statusCode).toBe(412);
+    const current = await h.app.inject({
+      method: 'PUT',
+      url,
+      headers: { 'if-match': `${never}, ${after.headers.etag}` },
+      payload: { base_rates: { H100: '4' }, bid_floor: '1' },
+    });
+    expect(current.statusCode, current.body).toBe(200);
+    expect(current.json()).toMatchObject({ base_rates: { 'nvidia-tesla-h100': '4' }, bid_floor: '1' });
+    const any = await h.app.inject({ method: 'PUT', url, headers: { 'if-match': '*' }, payload: { base_rates: {} } });
+    expect(any.statusCode).toBe(200);
+    // Without If-Match a change replaces the rates whatever they are, as before.
+    expect((await h.app.inject({ method: 'PUT', url, payload: { base_rates: { H100: '5' } } })).statusCode).toBe(200);
+    expect((await h.app.inject({ method: 'GET', url })).json().base_rates).toEqual({ 'nvidia-tesla-h100': '5' });
+  });
+
   it('are validated, stored, and used for that provider only', async () => {
     const provider = crypto.randomUUID();
     const url = `/api/v1/provider/${provider}/rates`;

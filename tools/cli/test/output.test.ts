@@ -11,7 +11,8 @@
  *   with end, duration, end reason, and with `--json` the workload; the history's platform fee as a share of its
  *   payment;
  * - failures: `--json` makes them a JSON object on standard error; what to run next named as a command, never a
- *   route; a revoked or unknown API key told as such; a password reset saying what it ended.
+ *   route; a revoked or unknown API key told as such; a password reset saying what it ended;
+ * - a machine's rates changed from two places at once, neither change lost.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -29,6 +30,7 @@ import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts'
 import { billingWithRegistry } from '../../../tests/support/billing-with-registry.ts';
 import { buildGateway } from '../../gateway/src/gateway.ts';
 import { mailedCode } from './support/email-code.ts';
+import { faultProxy, type Seen } from './support/fault-proxy.ts';
 import { CLI_TEST_MS, type Gpu, type GpuResult, gpuAt } from './support/gpu.ts';
 
 vi.setConfig({ testTimeout: CLI_TEST_MS });
@@ -441,5 +443,38 @@ describe('failures', () => {
       password_reset: true,
       ended: ['sign_ins', 'api_keys', 'daemon_credentials', 'ssh_keys'],
     });
+  });
+});
+
+describe("a machine's rates", () => {
+  it('change from two places at once without losing either change (each written only over what it read)', async () => {
+    const proxy = await faultProxy(url);
+    try {
+      const viaProxy = gpuAt(proxy.url, join(dir, 'rates-race'));
+      const login = await viaProxy(['login', '--email', provider.email], { input: `${provider.password}\n` });
+      expect(login.code, login.stderr).toBe(0);
+      expect((await viaProxy(['provider', 'rates', 'set', machines.rtx, '--bid-floor', '0.3'])).code).toBe(0);
+      // Both changes read the same rates, then their writes are held until both are under way.
+      const put = (r: Seen) => r.method === 'PUT' && /^\/api\/v1\/provider\/[^/]+\/rates$/.test(r.url);
+      const puts = proxy.seen.filter(put).length;
+      const held = proxy.gate(put, 2);
+      const [base, vram] = await Promise.all([
+        viaProxy(['provider', 'rates', 'set', machines.rtx, '--base', 'RTX 4090=0.7']),
+        viaProxy(['provider', 'rates', 'set', machines.rtx, '--vram-rate', '0.03']),
+      ]);
+      held.end();
+      expect(base.code, base.stderr).toBe(0);
+      expect(vram.code, vram.stderr).toBe(0);
+      expect(held.most()).toBe(2);
+      // One write was refused (a change made since its read) and made again over the other's.
+      expect(proxy.seen.filter(put).length - puts).toBe(3);
+      expect(answer(await provider.gpu(['provider', 'rates', 'show', machines.rtx, '--json']))).toMatchObject({
+        base_rates: { 'nvidia-geforce-rtx-4090': '0.7' },
+        vram_rate_per_gb_hour: '0.03',
+        bid_floor: '0.3',
+      });
+    } finally {
+      await proxy.close();
+    }
   });
 });

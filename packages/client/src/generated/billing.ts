@@ -853,11 +853,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A provider's own rates (empty base_rates and nulls: the platform's rates apply) */
+        /**
+         * A provider's own rates (empty base_rates and nulls: the platform's rates apply)
+         * @description `ETag` names the rates as they are: send it back as `If-Match` with `PUT` to change them only if no one changed them since.
+         */
         get: operations["getProviderRates"];
         /**
          * Replace a provider's rates; they price its sessions started from now on
-         * @description Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running sessions keep the rates they started with. Only the machine's owner (per the provider registry), an admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE.
+         * @description Model names are normalised (lowercase, spaces to "-"); two names that normalise alike are a 400. Base rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running sessions keep the rates they started with. Only the machine's owner (per the provider registry), an admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE. With `If-Match` (the `ETag` a read answered), only if they are still as read: else 412 RATES_CHANGED and nothing changes (a read, changed and written back never undoes a change made in between). The answer carries the new `ETag`.
          */
         put: operations["setProviderRates"];
         post?: never;
@@ -2484,6 +2487,18 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description A condition of the request failed: `If-Match` names a state the resource is no longer in (the `code` says which) */
+        PreconditionFailed: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
             headers: {
@@ -2565,6 +2580,8 @@ export interface components {
     headers: {
         /** @description CORS: the request's `Origin` when `server.cors_origins` allows it (`*`, the default, allows any); absent without an `Origin` */
         "Access-Control-Allow-Origin": string;
+        /** @description The entity tag (quoted) of the object or resource as answered: send it back as `If-Match` */
+        ETag: string;
         /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key` */
         "Idempotent-Replayed": string;
         /** @description The next page's URL (`<...>; rel="next"`, RFC 8288); absent on the last page */
@@ -4434,6 +4451,7 @@ export interface operations {
             200: {
                 headers: {
                     "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    ETag: components["headers"]["ETag"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;
@@ -4450,7 +4468,10 @@ export interface operations {
     setProviderRates: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the rates' ETag as read (or `*`): change them only if they are still so */
+                "if-match"?: string;
+            };
             path: {
                 /** @description provider ID */
                 providerID: string;
@@ -4479,6 +4500,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

@@ -632,7 +632,7 @@ export interface components {
         "Content-Range": string;
         /** @description The object's content type, as stored */
         "Content-Type": string;
-        /** @description The object's entity tag (quoted) */
+        /** @description The entity tag (quoted) of the object or resource as answered: send it back as `If-Match` */
         ETag: string;
         /** @description When the object was last written (HTTP date) */
         "Last-Modified": string;

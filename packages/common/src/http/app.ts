@@ -100,6 +100,7 @@ const CORS_ALLOWED_HEADERS = [
   'range',
   'if-none-match',
   'if-modified-since',
+  'if-match',
   // A browser's trace (OpenTelemetry's W3C trace context) goes on into the services.
   'traceparent',
   'tracestate',

@@ -8,6 +8,7 @@ import {
   formatRate,
   normalizeModel,
   quote,
+  ratesEtag,
   ratesFor,
   setProviderRates,
 } from '../domain/pricing/index.ts';
@@ -201,17 +202,23 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
     '/api/v1/provider/:providerID/rates',
     {
       // What a provider charges is public, like the platform's rates (POST /pricing/calculate applies it anyway).
-      config: { public: true },
+      config: { public: true, openapi: { headers: { 200: ['ETag'] } } },
       schema: {
         tags: ['providers'],
         operationId: 'getProviderRates',
         summary: "A provider's own rates (empty base_rates and nulls: the platform's rates apply)",
+        description:
+          '`ETag` names the rates as they are: send it back as `If-Match` with `PUT` to change them only if no one ' +
+          'changed them since.',
         params: providerParams,
         response: { 200: providerRatesSchema, ...problems(400) },
       },
     },
-    async (request) =>
-      providerRatesJson(request.params.providerID, await findProviderRates(ctx.db, request.params.providerID)),
+    async (request, reply) => {
+      const stored = await findProviderRates(ctx.db, request.params.providerID);
+      reply.header('etag', ratesEtag(stored));
+      return providerRatesJson(request.params.providerID, stored);
+    },
   );
 
   app.put(
@@ -234,13 +241,23 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           'rates must be above 0; VRAM and power rates may be 0 or null (null: the platform rate). Running ' +
           "sessions keep the rates they started with. Only the machine's owner (per the provider registry), an " +
           'admin or a service sets them: 403 NOT_PROVIDER_OWNER, 404 PROVIDER_NOT_FOUND when the registry does not ' +
-          'know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE.',
+          'know the machine, 503 PROVIDER_REGISTRY_UNAVAILABLE. With `If-Match` (the `ETag` a read answered), only ' +
+          'if they are still as read: else 412 RATES_CHANGED and nothing changes (a read, changed and written back ' +
+          'never undoes a change made in between). The answer carries the new `ETag`.',
         params: providerParams,
+        headers: z.object({
+          'if-match': z
+            .string()
+            .min(1)
+            .max(1024)
+            .optional()
+            .describe("the rates' ETag as read (or `*`): change them only if they are still so"),
+        }),
         body: providerRatesBody,
-        response: { 200: providerRatesSchema, ...problems(400, 403, 404, 503) },
+        response: { 200: providerRatesSchema, ...problems(400, 403, 404, 412, 503) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const bodyProvider = request.body.provider_id;
       if (bodyProvider !== undefined && bodyProvider !== request.params.providerID) {
         const message = `provider_id ${bodyProvider} is not the provider of the path`;
@@ -265,8 +282,9 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           powerRatePerWattHour: request.body.power_rate_per_watt_hour,
           bidFloor: request.body.bid_floor,
         },
-        request.correlationId,
+        { correlationId: request.correlationId, ifMatch: request.headers['if-match'] },
       );
+      reply.header('etag', ratesEtag(stored));
       return providerRatesJson(request.params.providerID, stored);
     },
   );

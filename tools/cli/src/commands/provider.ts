@@ -26,6 +26,9 @@ import { showTransaction } from './wallet.ts';
 type Earnings = BillingSchemas['ProviderEarnings'];
 type Rates = BillingSchemas['ProviderRates'];
 
+/** Reads and writes of `rates set` while others change the same machine's rates in between. */
+const RATES_ATTEMPTS = 5;
+
 /** A machine with no rates of its own (what `--replace` starts from). */
 const NO_RATES: Pick<Rates, 'base_rates' | 'vram_rate_per_gb_hour' | 'power_rate_per_watt_hour' | 'bid_floor'> = {
   base_rates: {},
@@ -178,17 +181,25 @@ function moneyCommands(program: Command, parent: Command, rates: Command, opts: 
       const base = basePairs(opts.base ?? []);
       const ctx = context(program);
       const path = { params: { path: { providerID: machineId } } };
-      // Read, changed and written back: two owners' changes at the same moment keep the later one's whole table.
-      const current = opts.replace
-        ? undefined
-        : unwrap(await ctx.billing.GET('/api/v1/provider/{providerID}/rates', path));
-      const r = unwrap(
-        await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
-          ...path,
-          body: ratesAfter(current ?? NO_RATES, base, opts),
-        }),
-      );
-      showRates(ctx.json, r);
+      if (opts.replace) {
+        const body = ratesAfter(NO_RATES, base, opts);
+        showRates(ctx.json, unwrap(await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', { ...path, body })));
+        return;
+      }
+      // Read, changed and written back only if no one changed them in between (If-Match: the ETag read); else read
+      // again and the same changes made to what is there now.
+      for (let attempt = 1; ; attempt++) {
+        const read = await ctx.billing.GET('/api/v1/provider/{providerID}/rates', path);
+        const current = unwrap(read);
+        const etag = read.response.headers.get('etag');
+        const written = await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
+          params: { path: path.params.path, header: etag ? { 'if-match': etag } : {} },
+          body: ratesAfter(current, base, opts),
+        });
+        if (written.response.status === 412 && attempt < RATES_ATTEMPTS) continue;
+        showRates(ctx.json, unwrap(written));
+        return;
+      }
     });
 
   parent

@@ -18,6 +18,7 @@ export {
 export {
   announcePrices,
   findProviderRates,
+  ratesEtag,
   ratesFor,
   type StoredProviderRates,
   setProviderRates,

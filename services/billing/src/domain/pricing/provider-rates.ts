@@ -4,8 +4,9 @@
  * back to the platform's rates. A session freezes the rates it starts with, so
  * changing them never re-prices a running session.
  */
+import { createHash } from 'node:crypto';
 import { isPrivileged, type Principal } from '@gpu/common';
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import {
   findProviderRatesRow,
   lockUnannouncedProviderRates,
@@ -42,6 +43,32 @@ function storedRates(row: ProviderRatesRow): StoredProviderRates {
     bidFloor: row.bid_floor,
     updatedAt: new Date(row.updated_at),
   };
+}
+
+/**
+ * The entity tag of a provider's rates as they are (quoted, strong): what `GET /provider/{id}/rates` sends as `ETag`
+ * and a change sends back as `If-Match`, so that a read, changed and written back never overwrites a change made in
+ * between. Every write moves `updated_at` on (by a microsecond at least), and the tag covers it with the rates.
+ */
+export function ratesEtag(stored: StoredProviderRates | null): string {
+  const state = stored
+    ? [
+        stored.baseRates,
+        stored.vramRatePerGbHour,
+        stored.powerRatePerWattHour,
+        stored.bidFloor ?? null,
+        stored.updatedAt?.toISOString() ?? null,
+      ]
+    : null;
+  return `"${createHash('sha256').update(JSON.stringify(state)).digest('base64url').slice(0, 27)}"`;
+}
+
+/** Whether an `If-Match` header (`*`, or a list of tags) matches the current tag. */
+function matches(ifMatch: string, current: string): boolean {
+  return ifMatch
+    .split(',')
+    .map((tag) => tag.trim())
+    .some((tag) => tag === '*' || tag === current);
 }
 
 /** Replaces a provider's overrides (base rate keys must already be normalised). */
@@ -92,14 +119,22 @@ export async function setProviderRates(
   actor: Principal,
   providerId: string,
   rates: ProviderRateOverrides,
-  correlationId?: string,
+  opts: { correlationId?: string; ifMatch?: string } = {},
 ): Promise<StoredProviderRates> {
+  const { correlationId, ifMatch } = opts;
   const wallet = await findProviderAccount(ctx, actor, providerId, 'manage', correlationId);
   // Rates for a machine the registry does not know would never apply: 404 for the privileged too.
   if (!wallet && isPrivileged(actor)) await registryOwner(ctx, providerId, correlationId);
   assertWithinLimits(rates, ctx.pricing.providerLimits);
   // The rates and their announcement to the market (the registry's offers) commit together.
   return ctx.db.transaction().execute(async (trx) => {
+    if (ifMatch !== undefined) {
+      // One change of the machine's rates at a time (a row that does not exist yet cannot be locked), each checked
+      // against the rates as they are when it holds the lock.
+      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
+      const current = ratesEtag(await findProviderRates(trx, providerId));
+      if (!matches(ifMatch, current)) throw billingErrors.ratesChanged(providerId, current);
+    }
     const stored = await putProviderRates(trx, providerId, rates);
     await announceProviderRates(ctx, trx, stored);
     return stored;
