@@ -137,12 +137,25 @@ export function dottedVersion(name: string) {
  */
 export function moment(name: string) {
   return (value: string) => {
-    const date = /^\d{4}-\d{2}-\d{2}$/.test(value);
-    const at = date ? `${value}T00:00:00Z` : value;
+    const at = /^\d{4}-\d{2}-\d{2}$/.test(value) ? `${value}T00:00:00Z` : value;
+    const m = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))$/.exec(at);
     const ms = Date.parse(at);
-    const rfc3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/.test(at);
-    const real = !Number.isNaN(ms) && (!date || new Date(ms).toISOString().startsWith(value));
-    if (!rfc3339 || !real || ms < 0 || ms >= Date.UTC(2100, 0, 1)) {
+    // Each field within its range, the day within its month (JavaScript would read 2026-02-30 as March 2nd).
+    const [year, month, day, hour, minute, second, offsetHours, offsetMinutes] = [1, 2, 3, 4, 5, 6, 9, 10].map((i) =>
+      Number(m?.[i] ?? 0),
+    );
+    const real =
+      m !== null &&
+      !Number.isNaN(ms) &&
+      month! >= 1 &&
+      day! >= 1 &&
+      day! <= new Date(Date.UTC(year!, month!, 0)).getUTCDate() &&
+      hour! <= 23 &&
+      minute! <= 59 &&
+      second! <= 59 &&
+      offsetHours! <= 23 &&
+      offsetMinutes! <= 59;
+    if (!real || ms < 0 || ms >= Date.UTC(2100, 0, 1)) {
       throw new InvalidArgumentError(
         `${name} takes a date (2026-11-01) or a time with its offset (2026-11-01T12:00:00Z)`,
       );

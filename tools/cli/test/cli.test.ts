@@ -549,7 +549,7 @@ describe('gpu against a platform whose machine runs workloads', () => {
     // Another user's charges are not the renter's to read; a date that is none is a usage error, nothing asked.
     refused(await renter.gpu(['storage', 'usage', '--user', provider.id]), 'NOT_WALLET_HOLDER');
     expect(answer(await provider.gpu(['storage', 'usage', '--json']))).toEqual([]);
-    for (const bad of ['2026-02-30', 'yesterday', '2026-10-01T12:00:00', '2100-01-01']) {
+    for (const bad of ['2026-02-30', '2026-02-30T12:00:00Z', 'yesterday', '2026-10-01T12:00:00', '2100-01-01']) {
       const r = await renter.gpu(['storage', 'usage', '--from', bad]);
       expect(r, bad).toMatchObject({ code: 2, stderr: expect.stringContaining('--from takes a date (2026-11-01)') });
     }

@@ -4488,6 +4488,7 @@ export interface operations {
             200: {
                 headers: {
                     "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    ETag: components["headers"]["ETag"];
                     "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
                     "X-Request-ID": components["headers"]["X-Request-ID"];
                     [name: string]: unknown;

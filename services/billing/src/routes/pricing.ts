@@ -227,6 +227,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       config: {
         scope: 'machines',
         roles: PROVIDER_ROLES,
+        openapi: { headers: { 200: ['ETag'] } },
         audit: {
           action: 'rates_changed',
           body: ['base_rates', 'vram_rate_per_gb_hour', 'power_rate_per_watt_hour', 'bid_floor'],

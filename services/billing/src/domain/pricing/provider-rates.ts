@@ -48,7 +48,8 @@ function storedRates(row: ProviderRatesRow): StoredProviderRates {
 /**
  * The entity tag of a provider's rates as they are (quoted, strong): what `GET /provider/{id}/rates` sends as `ETag`
  * and a change sends back as `If-Match`, so that a read, changed and written back never overwrites a change made in
- * between. Every write moves `updated_at` on (by a microsecond at least), and the tag covers it with the rates.
+ * between. The tag covers the rates and `updated_at` (to the millisecond): two writes of different rates always
+ * differ; two of the same rates within a millisecond may share a tag, which loses nothing.
  */
 export function ratesEtag(stored: StoredProviderRates | null): string {
   const state = stored
@@ -128,10 +129,10 @@ export async function setProviderRates(
   assertWithinLimits(rates, ctx.pricing.providerLimits);
   // The rates and their announcement to the market (the registry's offers) commit together.
   return ctx.db.transaction().execute(async (trx) => {
+    // One change of the machine's rates at a time, with If-Match or not (a row that does not exist yet cannot be
+    // locked): a conditional change is checked against the rates as they are while it holds the lock.
+    await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
     if (ifMatch !== undefined) {
-      // One change of the machine's rates at a time (a row that does not exist yet cannot be locked), each checked
-      // against the rates as they are when it holds the lock.
-      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
       const current = ratesEtag(await findProviderRates(trx, providerId));
       if (!matches(ifMatch, current)) throw billingErrors.ratesChanged(providerId, current);
     }
