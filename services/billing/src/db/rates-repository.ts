@@ -6,6 +6,14 @@ type Db = Kysely<BillingDB> | Transaction<BillingDB>;
 
 export type ProviderRatesRow = Selectable<ProviderRatesTable>;
 
+/**
+ * Serialises the changes of one machine's rates until the transaction ends (a transaction-scoped advisory lock on its
+ * ID: a row that does not exist yet cannot be locked), so a conditional change's check and its write are one step.
+ */
+export async function lockProviderRates(trx: Transaction<BillingDB>, providerId: string): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
+}
+
 export async function findProviderRatesRow(db: Db, providerId: string): Promise<ProviderRatesRow | undefined> {
   return db.selectFrom('provider_rates').selectAll().where('provider_id', '=', providerId).executeTakeFirst();
 }

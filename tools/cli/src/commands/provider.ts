@@ -191,7 +191,9 @@ function moneyCommands(program: Command, parent: Command, rates: Command, opts: 
       for (let attempt = 1; ; attempt++) {
         const read = await ctx.billing.GET('/api/v1/provider/{providerID}/rates', path);
         const current = unwrap(read);
-        const etag = read.response.headers.get('etag');
+        // Billing's tag is strong; a proxy that re-encodes the answer may mark it weak (W/"..."), which If-Match
+        // never matches: the rates are the same, so the tag goes back as billing made it.
+        const etag = read.response.headers.get('etag')?.replace(/^W\//, '');
         const written = await ctx.billing.PUT('/api/v1/provider/{providerID}/rates', {
           params: { path: path.params.path, header: etag ? { 'if-match': etag } : {} },
           body: ratesAfter(current, base, opts),

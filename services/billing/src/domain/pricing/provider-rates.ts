@@ -6,9 +6,10 @@
  */
 import { createHash } from 'node:crypto';
 import { isPrivileged, type Principal } from '@gpu/common';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import {
   findProviderRatesRow,
+  lockProviderRates,
   lockUnannouncedProviderRates,
   markRatesAnnounced,
   type ProviderRatesRow,
@@ -129,9 +130,9 @@ export async function setProviderRates(
   assertWithinLimits(rates, ctx.pricing.providerLimits);
   // The rates and their announcement to the market (the registry's offers) commit together.
   return ctx.db.transaction().execute(async (trx) => {
-    // One change of the machine's rates at a time, with If-Match or not (a row that does not exist yet cannot be
-    // locked): a conditional change is checked against the rates as they are while it holds the lock.
-    await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
+    // One change of the machine's rates at a time, with If-Match or not: a conditional change is checked against the
+    // rates as they are while it holds the lock.
+    await lockProviderRates(trx, providerId);
     if (ifMatch !== undefined) {
       const current = ratesEtag(await findProviderRates(trx, providerId));
       if (!matches(ifMatch, current)) throw billingErrors.ratesChanged(providerId, current);
