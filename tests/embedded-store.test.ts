@@ -153,6 +153,51 @@ describe('the embedded S3 store: header-signed requests', () => {
   });
 });
 
+describe('the embedded S3 store: conditional deletes and writes, as S3 makes them', () => {
+  it('deletes with If-Match only the object of that ETag (or any, `*`); none there is NoSuchKey', async () => {
+    await put('cond/a.txt', 'first');
+    const first = (await store.head(bucket, 'cond/a.txt', {})).etag!;
+    await put('cond/a.txt', 'second');
+    await expect(store.delete(bucket, 'cond/a.txt', { ifMatch: first })).rejects.toMatchObject({
+      code: 'PRECONDITION_FAILED',
+    });
+    expect(await text('cond/a.txt')).toBe('second');
+    const second = (await store.head(bucket, 'cond/a.txt', {})).etag!;
+    await store.delete(bucket, 'cond/a.txt', { ifMatch: second });
+    await expect(store.head(bucket, 'cond/a.txt', {})).rejects.toMatchObject({ code: 'OBJECT_NOT_FOUND' });
+    await expect(store.delete(bucket, 'cond/a.txt', { ifMatch: second })).rejects.toMatchObject({
+      code: 'OBJECT_NOT_FOUND',
+    });
+    await put('cond/b.txt', 'any');
+    await store.delete(bucket, 'cond/b.txt', { ifMatch: '*' });
+    await expect(store.head(bucket, 'cond/b.txt', {})).rejects.toMatchObject({ code: 'OBJECT_NOT_FOUND' });
+  });
+
+  it('writes with If-None-Match: * only where no object is: of two such writes at once, one holds', async () => {
+    const once = (value: string) => {
+      const body = Buffer.from(value);
+      return store
+        .upload({
+          bucket,
+          key: 'cond/claim.json',
+          body,
+          contentType: 'application/json',
+          contentLength: body.length,
+          ifNoneMatch: '*',
+        })
+        .then(
+          () => 'stored',
+          (err: { code?: string }) => err.code,
+        );
+    };
+    const outcomes = await Promise.all([once('"one"'), once('"two"')]);
+    expect(outcomes.toSorted()).toEqual(['PRECONDITION_FAILED', 'stored']);
+    const held = await text('cond/claim.json');
+    expect(await once('"three"')).toBe('PRECONDITION_FAILED');
+    expect(await text('cond/claim.json')).toBe(held);
+  });
+});
+
 describe('the embedded S3 store: presigned URLs', () => {
   it('downloads with a presigned GET URL', async () => {
     const url = await store.presign(bucket, 'kept.txt', 'GET', 60);

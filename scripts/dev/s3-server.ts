@@ -3,7 +3,9 @@
  * store of `pnpm start` and the real S3 server of the tests.
  * Requests must be signed with AWS Signature Version 4 (headers or a presigned URL), as S3 requires
  * (s3rver-sigv4.ts); `--allow-anonymous` lets unsigned requests through (the storage benchmark's reference relay).
- * An object or part is stored only once its whole body arrived, as S3 does (s3rver-atomic-writes.ts).
+ * An object or part is stored only once its whole body arrived, as S3 does (s3rver-atomic-writes.ts); copies are made
+ * at the store, parts of a multipart upload too (s3rver-copy.ts); conditional writes and deletes are kept
+ * (s3rver-conditions.ts).
  * Usage: tsx scripts/dev/s3-server.ts [--port 9000] [--host 127.0.0.1] [--dir .data/s3] [--allow-anonymous]
  */
 import { mkdirSync } from 'node:fs';
@@ -11,6 +13,8 @@ import { parseArgs } from 'node:util';
 import S3rver from 's3rver';
 import { answerHelp } from '../lib/usage.ts';
 import { addAtomicWrites } from './s3rver-atomic-writes.ts';
+import { addConditions } from './s3rver-conditions.ts';
+import { addCopies } from './s3rver-copy.ts';
 import { addNestedCommonPrefixes } from './s3rver-listing.ts';
 import { addMultipartManagement } from './s3rver-multipart.ts';
 import { addSuffixRanges } from './s3rver-ranges.ts';
@@ -42,6 +46,8 @@ addAtomicWrites(server);
 addMultipartManagement(server);
 addSuffixRanges(server);
 addNestedCommonPrefixes(server);
+addCopies(server);
+addConditions(server);
 // Last, so that it runs first: nothing unsigned reaches the other additions.
 addSignatureV4(server, { allowAnonymous: values['allow-anonymous'] });
 await server.run();

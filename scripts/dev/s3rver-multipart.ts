@@ -9,14 +9,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type S3rver from 's3rver';
-
-interface KoaContext {
-  method: string;
-  url: string;
-  status: number;
-  type: string;
-  body: unknown;
-}
+import { addMiddleware, type KoaContext, s3Error, xmlEscape } from './s3rver-koa.ts';
 
 interface UploadStore {
   getResourcePath(bucket: string, key: string | undefined, resource: string): string;
@@ -25,15 +18,6 @@ interface UploadStore {
 
 /** What s3rver makes an upload ID of: 16 random bytes in hex (anything else, a path say, names no upload). */
 const UPLOAD_ID = /^[0-9a-f]{32}$/;
-
-const xmlEscape = (s: string) =>
-  s.replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c] ?? c);
-
-function s3Error(ctx: KoaContext, status: number, code: string, message: string) {
-  ctx.status = status;
-  ctx.type = 'application/xml';
-  ctx.body = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${xmlEscape(message)}</Message></Error>`;
-}
 
 async function listUploads(store: UploadStore, bucket: string): Promise<string> {
   const dir = store.getResourcePath(bucket, undefined, 'uploads');
@@ -108,7 +92,5 @@ export function addMultipartManagement(server: S3rver): void {
     }
     return next();
   };
-  const stack = (server as unknown as { middleware: unknown[] }).middleware;
-  // After s3rver's request logger, before its XML encoder and router.
-  stack.splice(1, 0, middleware);
+  addMiddleware(server, middleware);
 }

@@ -10,6 +10,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type S3rver from 's3rver';
+import { addMiddleware } from './s3rver-koa.ts';
 
 interface RangeOptions {
   start?: number;
@@ -46,7 +47,5 @@ export function addSuffixRanges(server: S3rver): void {
     const m = (ctx.method === 'GET' || ctx.method === 'HEAD') && SUFFIX_RANGE.exec(ctx.headers.range?.trim() ?? '');
     return m ? suffix.run(Number(m[1]), next) : next();
   };
-  const stack = (server as unknown as { middleware: unknown[] }).middleware;
-  // After s3rver's request logger, before its XML encoder and router.
-  stack.splice(1, 0, middleware);
+  addMiddleware(server, middleware);
 }

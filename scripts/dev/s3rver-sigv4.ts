@@ -30,6 +30,7 @@ import {
   UNSIGNED_PAYLOAD,
 } from '@smithy/signature-v4';
 import type S3rver from 's3rver';
+import { addMiddleware, s3Error } from './s3rver-koa.ts';
 
 /** Largest skew between a header-signed request's date and the server's clock, as S3 allows. */
 const MAX_SKEW_MS = 15 * 60 * 1000;
@@ -305,9 +306,6 @@ export async function verifyRequest(
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw mismatch();
 }
 
-const xmlEscape = (s: string) =>
-  s.replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c] ?? c);
-
 interface KoaContext extends Request {
   status: number;
   type: string;
@@ -334,13 +332,9 @@ export function addSignatureV4(server: S3rver, options: { allowAnonymous?: boole
       await verifyRequest(ctx, s3rverSecret, options.allowAnonymous);
     } catch (err) {
       if (!(err instanceof Refusal)) throw err;
-      ctx.status = err.status;
-      ctx.type = 'application/xml';
-      ctx.body = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${err.code}</Code><Message>${xmlEscape(err.message)}</Message></Error>`;
-      return;
+      return s3Error(ctx, err.status, err.code, err.message);
     }
     return next();
   };
-  const stack = (server as unknown as { middleware: unknown[] }).middleware;
-  stack.splice(1, 0, middleware);
+  addMiddleware(server, middleware);
 }

@@ -1,7 +1,7 @@
 /**
  * Objects through the storage service, typed from its document: uploads from a `Blob`, bytes, text or a stream
  * (streamed: sent once, never held whole), downloads as a stream (with `Range`, `If-None-Match`, or by redirect to the
- * store), listings page by page or all at once, presigned URLs. Every call is an operation of the storage document
+ * store), copies made by the store, listings page by page or all at once, presigned URLs. Every call is an operation of the storage document
  * (`/objects/{bucketName}/{objectKey}` and its default-bucket twin `/objects/{objectKey}`), sent by the typed client:
  * an object key's slashes go encoded (`a%2Fb.bin`), which the service reads as the same key.
  *
@@ -108,6 +108,17 @@ export interface Uploads {
     body: ObjectBody,
     opts: { contentLength: number; signal?: AbortSignal },
   ): Promise<UploadPart>;
+  /**
+   * Has the store copy one part from bytes `start` to `end` (inclusive, as a download's range) of an object, or all
+   * of it: of the version `sourceEtag` names (its ETag as read; another there is 409 SOURCE_CHANGED). No time limit
+   * of its own; pass `signal` for one.
+   */
+  copyPart(
+    uploadId: string,
+    partNumber: number,
+    source: ObjectRef,
+    opts: { sourceEtag: string; range?: { start: number; end: number }; signal?: AbortSignal },
+  ): Promise<UploadPart>;
   /** Joins the parts named (each with the ETag it was answered), or every part stored, into the object. */
   complete(uploadId: string, parts?: Array<{ part_number: number; etag: string }>): Promise<ObjectInfo>;
   abort(uploadId: string): Promise<void>;
@@ -122,7 +133,13 @@ export interface ObjectStore {
   upload(ref: ObjectRef, body: ObjectBody, opts?: UploadOptions): Promise<ObjectInfo>;
   download(ref: ObjectRef, opts?: DownloadOptions): Promise<Download>;
   head(ref: ObjectRef): Promise<ObjectHead>;
-  remove(ref: ObjectRef): Promise<void>;
+  /** Deletes the object; with `ifMatch` (an ETag as read), only while it is that object (else 412 OBJECT_CHANGED). */
+  remove(ref: ObjectRef, opts?: { ifMatch?: string }): Promise<void>;
+  /**
+   * Has the store copy `from` to `to` (no byte through the service or here): the copy's ObjectInfo. No time limit of
+   * its own (a large copy takes the store a while); pass `signal` for one.
+   */
+  copy(from: ObjectRef, to: ObjectRef, opts?: { signal?: AbortSignal }): Promise<ObjectInfo>;
   list(bucket: string | undefined, opts?: ListOptions): Promise<ListPage>;
   /** Every entry of a listing, page after page. */
   listAll(bucket: string | undefined, opts?: Omit<ListOptions, 'cursor'>): AsyncIterable<ObjectInfo>;
@@ -208,6 +225,22 @@ export function objectStore(opts: ClientOptions): ObjectStore {
         }),
       );
     },
+    async copyPart(uploadId, partNumber, source, copyOpts) {
+      const { range, sourceEtag } = copyOpts;
+      return unwrap(
+        await api.POST('/uploads/{uploadId}/parts/{partNumber}/copy', {
+          params: { path: { uploadId, partNumber } },
+          body: {
+            source: { ...(source.bucket ? { bucket: source.bucket } : {}), key: source.key },
+            ...(range ? { range: `bytes=${range.start}-${range.end}` } : {}),
+            source_etag: sourceEtag,
+          },
+          // A part copies at the store's pace: no attempt's time limit (a part copied again replaces itself).
+          fetch: upload,
+          signal: copyOpts.signal,
+        }),
+      );
+    },
     async complete(uploadId, parts) {
       return unwrap(
         await api.POST('/uploads/{uploadId}/complete', {
@@ -285,13 +318,25 @@ export function objectStore(opts: ClientOptions): ObjectStore {
       return headOf(result.response.headers);
     },
 
-    async remove(ref) {
+    async remove(ref, removeOpts = {}) {
+      const header = removeOpts.ifMatch === undefined ? {} : { 'if-match': removeOpts.ifMatch };
       const result = ref.bucket
         ? await api.DELETE('/objects/{bucketName}/{objectKey}', {
-            params: { path: { bucketName: ref.bucket, objectKey: ref.key } },
+            params: { path: { bucketName: ref.bucket, objectKey: ref.key }, header },
           })
-        : await api.DELETE('/objects/{objectKey}', { params: { path: { objectKey: ref.key } } });
+        : await api.DELETE('/objects/{objectKey}', { params: { path: { objectKey: ref.key }, header } });
       if (!result.response.ok) throw refused(result.response, result.error);
+    },
+
+    async copy(from, to, copyOpts = {}) {
+      const end = (ref: ObjectRef) => ({ ...(ref.bucket ? { bucket: ref.bucket } : {}), key: ref.key });
+      return unwrap(
+        await api.POST('/objects/copy', {
+          body: { source: end(from), destination: end(to) },
+          fetch: upload,
+          signal: copyOpts.signal,
+        }),
+      );
     },
 
     async list(bucket, listOpts = {}) {

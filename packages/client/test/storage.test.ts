@@ -172,5 +172,54 @@ describe('objectStore', () => {
     // Someone else's bucket.
     const refused = await renter.upload({ bucket, key: 'x.txt' }, 'x').catch((err: unknown) => err);
     expect(refused).toMatchObject({ status: 403, code: 'BUCKET_NOT_OWNED' });
+    // Only the object read: one replaced since stays.
+    const first = await admin.upload({ bucket, key: 'kept.txt' }, 'one');
+    await admin.upload({ bucket, key: 'kept.txt' }, 'two');
+    await expect(admin.remove({ bucket, key: 'kept.txt' }, { ifMatch: first.etag! })).rejects.toMatchObject({
+      status: 412,
+      code: 'OBJECT_CHANGED',
+    });
+    const now = await admin.head({ bucket, key: 'kept.txt' });
+    await admin.remove({ bucket, key: 'kept.txt' }, { ifMatch: now.etag! });
+    await expect(admin.head({ bucket, key: 'kept.txt' })).rejects.toMatchObject({ status: 404 });
+  });
+
+  it('copies an object part by part at the store, ranges of one version, into an upload', async () => {
+    const bytes = randomBytes(6 * 1024 * 1024 + 7);
+    const source = await renter.upload({ key: 'parts/source.bin' }, bytes);
+    const upload = await renter.uploads.start({ key: 'parts/copy.bin' });
+    const split = 5 * 1024 * 1024;
+    const parts = [
+      await renter.uploads.copyPart(
+        upload.upload_id,
+        1,
+        { key: 'parts/source.bin' },
+        {
+          range: { start: 0, end: split - 1 },
+          sourceEtag: source.etag!,
+        },
+      ),
+      await renter.uploads.copyPart(
+        upload.upload_id,
+        2,
+        { key: 'parts/source.bin' },
+        {
+          range: { start: split, end: bytes.length - 1 },
+          sourceEtag: source.etag!,
+        },
+      ),
+    ];
+    expect(parts.map((p) => p.size)).toEqual([split, bytes.length - split]);
+    const done = await renter.uploads.complete(upload.upload_id);
+    expect(done).toMatchObject({ key: 'parts/copy.bin', size: bytes.length });
+    const back = await renter.download({ key: 'parts/copy.bin' });
+    expect(sha(await back.bytes())).toBe(sha(bytes));
+    // Of another version than the one named: refused.
+    await renter.upload({ key: 'parts/source.bin' }, 'replaced');
+    const again = await renter.uploads.start({ key: 'parts/again.bin' });
+    await expect(
+      renter.uploads.copyPart(again.upload_id, 1, { key: 'parts/source.bin' }, { sourceEtag: source.etag! }),
+    ).rejects.toMatchObject({ status: 409, code: 'SOURCE_CHANGED' });
+    await renter.uploads.abort(again.upload_id);
   });
 });

@@ -53,10 +53,18 @@ export const PREFIX_PATTERN = new RegExp(`^(?:${KEY_BODY})?$`);
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the rule rejects keys containing control characters
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 
+/** A UTF-16 surrogate without its pair: a string that is not well-formed Unicode. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Whether a string is well-formed Unicode (has a UTF-8 form): no lone surrogate, as JSON's `"\ud800"` makes. */
+export const wellFormed = (s: string) => !LONE_SURROGATE.test(s);
+
 /** Why an object key breaks the limits, or undefined when it is valid. */
 export function objectKeyProblem(key: string): string | undefined {
   if (key.length === 0) return 'must not be empty';
   if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) return `must be at most ${MAX_KEY_BYTES} bytes of UTF-8`;
+  // A lone surrogate (possible in JSON's `\ud800`) has no UTF-8 form: the store could not be asked for it.
+  if (!wellFormed(key)) return 'must be well-formed Unicode (a lone surrogate has no UTF-8)';
   if (OBJECT_KEY_PATTERN.test(key)) return undefined;
   if (CONTROL.test(key)) return 'must not contain control characters';
   if (key.startsWith('/')) return 'must not start with "/"';
@@ -93,6 +101,9 @@ export const zObjectKey = () =>
         message: `invalid object key: must be at most ${MAX_KEY_BYTES} bytes of UTF-8`,
         abort: true,
       })
-      .regex(OBJECT_KEY_PATTERN, { error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}` }),
+      .regex(OBJECT_KEY_PATTERN, { error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}` })
+      .refine(wellFormed, {
+        error: (issue) => `invalid object key: ${objectKeyProblem(String(issue.input))}`,
+      }),
     MAX_KEY_BYTES,
   );

@@ -28,7 +28,14 @@
  * `/work/checkpoint/` before the job's next attempt starts, on whatever machine.
  */
 import { z } from 'zod';
-import { MAX_KEY_BYTES, OBJECT_KEY_PATTERN, objectKeyProblem, zBucketName, zObjectKey } from './object-names.ts';
+import {
+  MAX_KEY_BYTES,
+  OBJECT_KEY_PATTERN,
+  objectKeyProblem,
+  wellFormed,
+  zBucketName,
+  zObjectKey,
+} from './object-names.ts';
 import { maxSegmentUtf8Bytes, maxUtf8Bytes } from './openapi/extensions.ts';
 
 /** Bounds of a workload spec (bytes are UTF-8). */
@@ -105,7 +112,9 @@ const inputPath = maxSegmentUtf8Bytes(
       .max(MAX_KEY_BYTES)
       .regex(INPUT_PATH_PATTERN, {
         error: (issue) => objectKeyProblem(String(issue.input)) ?? 'each segment is a file name of 1 to 255 bytes',
-      }),
+      })
+      // A lone surrogate has no UTF-8 form: no file could be named so.
+      .refine(wellFormed, { error: (issue) => objectKeyProblem(String(issue.input)) }),
     MAX_KEY_BYTES,
   ),
   255,

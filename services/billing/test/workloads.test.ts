@@ -293,6 +293,9 @@ describe('a session with a workload', () => {
       [{ ...spec, image: 'busybox', env: { A: 'x\nLD_PRELOAD=/tmp/x.so' } }, /one line each/],
       [{ ...spec, image: 'busybox', env: { NVIDIA_DRIVER_CAPABILITIES: 'all' } }, /GPU runtime's: refused/],
       [{ max_runtime_seconds: 60 }, /a command is required without an image/],
+      // A lone surrogate (JSON's "\ud800") has no UTF-8 form: no object or file is named so.
+      [{ ...spec, inputs: [{ key: 'data/set.bin', path: 'set\ud800.bin' }] }, /well-formed Unicode/],
+      [{ ...spec, inputs: [{ key: 'data/set\udc00.bin' }] }, /well-formed Unicode/],
     ];
     for (const [workload, why] of bad) {
       const res = await startAs(r.renterUser.headers, { ...r.body, job_id: randomUUID(), workload });

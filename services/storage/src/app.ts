@@ -10,6 +10,7 @@ import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts
 import { startSweeper } from './domain/uploads/resumable.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { grantRoutes } from './routes/grants.ts';
+import { objectCopyRoute } from './routes/object-copy.ts';
 import { objectRoutes } from './routes/objects.ts';
 import { presignRoutes } from './routes/presign.ts';
 import { schemas } from './routes/schemas.ts';
@@ -47,6 +48,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   await app.register(presignRoutes, ctx);
   await app.register(grantRoutes, ctx);
   await app.register(objectRoutes, ctx);
+  await app.register(objectCopyRoute, ctx);
   await app.register(uploadRoutes, ctx);
   await app.register(uploadPartRoute, ctx);
 

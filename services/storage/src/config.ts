@@ -65,8 +65,14 @@ export const storageConfigSchema = z.object({
       /** Part size of multipart uploads; bodies of known length up to this size go in one PUT. */
       part_size: zInt(5 * 1024 * 1024).default(8 * 1024 * 1024),
       /**
+       * Copies (`POST /objects/copy`) are made by the store: a source up to this size in one request, a larger one in
+       * parts of this size (UploadPartCopy). 5 GiB by default, the most one S3 copy request takes; 5 MiB to 5 GiB.
+       */
+      copy_part_size: zInt(5 * 1024 * 1024, 5 * GB).default(5 * GB),
+      /**
        * Parts in flight for chunked uploads (no Content-Length), which buffer each part: memory per such
-       * upload is about part_size x queue_size. Uploads with a Content-Length stream every part unbuffered.
+       * upload is about part_size x queue_size. Uploads with a Content-Length stream every part unbuffered. Also the
+       * parts a large copy has the store copy at once.
        */
       queue_size: zInt(1, 32).default(2),
       /** Time limit of one upload or download (0 = none); request_timeout bounds the rest. */

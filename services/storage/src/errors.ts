@@ -29,6 +29,13 @@ export const storageErrors = {
   uploadTooLarge: (limit: number) => errors.payloadTooLarge(`upload exceeds the limit of ${limit} bytes`),
   rangeNotSatisfiable: (detail: string) => new AppError('range_not_satisfiable', 'RANGE_NOT_SATISFIABLE', detail),
   preconditionFailed: (detail: string) => new AppError('precondition_failed', 'PRECONDITION_FAILED', detail),
+  // Its ETag now is not told: a caller that may delete an object need not be one that may read it.
+  objectChanged: () =>
+    new AppError(
+      'precondition_failed',
+      'OBJECT_CHANGED',
+      'the object is not the one named by If-Match: it was replaced since it was read; nothing was deleted',
+    ),
   storeUnavailable: (cause: unknown) => errors.dependencyUnavailable('object store', cause),
   uploadNotFound: () =>
     errors.notFound('UPLOAD_NOT_FOUND', 'no such upload of yours: never made, completed, aborted or expired'),
@@ -45,5 +52,14 @@ export const storageErrors = {
       `part ${partNumber} is smaller than ${min} bytes: every part but the last must be at least that large`,
     ),
   noParts: () => errors.badRequest('NO_PARTS', 'the upload has no parts to join'),
+  sourceChanged: () =>
+    errors.conflict(
+      'SOURCE_CHANGED',
+      'the source object changed while it was copied: nothing was copied; copy it again',
+    ),
+  copyOntoItself: () =>
+    errors.validation('an object cannot be copied onto itself', [
+      { path: 'body.destination', message: 'the same object as body.source' },
+    ]),
   partsChanged: (detail: string) => errors.conflict('PARTS_CHANGED', `${detail}; upload the parts again`),
 };

@@ -2,7 +2,7 @@
  * Who may use which bucket and key (the README's access table): every route × every kind of caller, the default
  * bucket's per-user folders, and owner records that outlive the instance that wrote them.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 import {
   type AccessRule,
@@ -113,6 +113,11 @@ function table(): Record<string, AccessRule> {
       request: async (c) => ({ url: `/objects/${await ownDefaultObject(c)}` }),
       expect: OWN_FOLDER(204),
     },
+    // A copy within the caller's own folder: whoever may write there; others' objects: the tests in copy.test.ts.
+    'POST /objects/copy': {
+      request: async (c) => ({ payload: { source: { key: await ownDefaultObject(c) }, destination: { key: key() } } }),
+      expect: OWN_FOLDER(201),
+    },
     'POST /presigned-url/*': {
       request: () => ({ url: `/presigned-url/${key()}`, payload: { method: 'GET' } }),
       expect: OWN_FOLDER(200),
@@ -126,6 +131,18 @@ function table(): Record<string, AccessRule> {
     },
     'PUT /uploads/:uploadId/parts/:partNumber': {
       request: async (c) => ({ url: `/uploads/${await ownUpload(c)}/parts/1`, payload: 'part' }),
+      expect: OWN_FOLDER(200),
+    },
+    // A part copied from an object of the caller's own folder into their own upload; others': copy.test.ts.
+    'POST /uploads/:uploadId/parts/:partNumber/copy': {
+      request: async (c) => ({
+        url: `/uploads/${await ownUpload(c)}/parts/1/copy`,
+        // The object's ETag: the MD5 of its bytes ('mine'), as the store tags a single PUT.
+        payload: {
+          source: { key: await ownDefaultObject(c) },
+          source_etag: `"${createHash('md5').update('mine').digest('hex')}"`,
+        },
+      }),
       expect: OWN_FOLDER(200),
     },
     'POST /uploads/:uploadId/complete': {

@@ -5,6 +5,8 @@
  * PostgreSQL database.
  */
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { lockWaiters } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openTestCatalog, startService, storeClient, type TestService, uniqueBucket } from './helpers.ts';
 
@@ -78,6 +80,42 @@ describe('the object catalog', () => {
     expect(await entries(bucket, '?recursive=false')).toMatchObject([{ key: 'a/', content_type: null }]);
     expect((await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/a/b.csv` })).statusCode).toBe(204);
     expect(await entries(bucket)).toEqual([]);
+  });
+
+  it('keeps no row for an object deleted while its upload was being catalogued, and none missing for a newer one', async () => {
+    const bucket = uniqueBucket('race');
+    await svc.app.inject({ method: 'POST', url: `/buckets/${bucket}` });
+    const { database } = await openTestCatalog();
+    try {
+      // The key's lock held here: the upload, stored, waits to catalogue it; the delete waits to delete it. Let go,
+      // they go in turn: the upload's row, then the delete of the object and of its row.
+      let put: Promise<{ statusCode: number }> | undefined;
+      let deleted: Promise<{ statusCode: number }> | undefined;
+      await database.db.transaction().execute(async (trx) => {
+        const holder = (await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)).rows[0]!.pid;
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`catalog:${bucket}/k.bin`}, 0))`.execute(trx);
+        put = svc.app.inject({ method: 'PUT', url: `/objects/${bucket}/k.bin`, payload: 'abc' });
+        await lockWaiters(database.db, 1, { blockedBy: holder });
+        deleted = svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/k.bin` });
+        await lockWaiters(database.db, 2, { blockedBy: holder });
+      });
+      expect((await put!).statusCode).toBe(201);
+      expect((await deleted!).statusCode).toBe(204);
+      expect((await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/k.bin` })).statusCode).toBe(404);
+      expect(await entries(bucket)).toEqual([]);
+
+      // A row that claims a later Last-Modified than the store's latest (S3 dates a multipart object at its upload's
+      // start, so a smaller PUT in between is "newer"): the upload's row, read under the key's lock, replaces it.
+      await svc.catalog.put([
+        { bucket, key: 'k.bin', size: 1, etag: '"stale"', lastModified: new Date(Date.now() + 3_600_000) },
+      ]);
+      expect(
+        (await svc.app.inject({ method: 'PUT', url: `/objects/${bucket}/k.bin`, payload: 'abcdef' })).statusCode,
+      ).toBe(201);
+      expect(await entries(bucket)).toMatchObject([{ key: 'k.bin', size: 6 }]);
+    } finally {
+      await database.close();
+    }
   });
 
   it('takes in objects put and deleted behind its back when it reconciles', async () => {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteObject } from '../src/domain/objects.ts';
 import { rawRequest, startService, type TestService, uniqueBucket } from './helpers.ts';
 
 let svc: TestService;
@@ -262,6 +263,48 @@ describe('delete', () => {
     const again = await svc.app.inject({ method: 'DELETE', url: `/objects/${bucket}/tmp/delete-me.txt` });
     expect(again.statusCode).toBe(404);
     expect(again.json().code).toBe('OBJECT_NOT_FOUND');
+  });
+
+  it('deletes with If-Match only while the object is the one named, else 412 OBJECT_CHANGED and it stays', async () => {
+    const url = `/objects/${bucket}/tmp/conditional.txt`;
+    const first = (await put(url, 'first')).json().etag as string;
+    const second = (await put(url, 'second')).json().etag as string;
+    const del = (ifMatch: string) => svc.app.inject({ method: 'DELETE', url, headers: { 'if-match': ifMatch } });
+    // The version read before it was replaced, and a weak tag (never equal to a strong one), are refused.
+    for (const stale of [first, `W/${second}`]) {
+      const refused = await del(stale);
+      expect(refused.statusCode).toBe(412);
+      expect(refused.headers['content-type']).toContain('application/problem+json');
+      expect(refused.json()).toMatchObject({ code: 'OBJECT_CHANGED', status: 412 });
+      // Its ETag now is not told (the caller may delete, not necessarily read).
+      expect(refused.json().detail).not.toContain(second.replaceAll('"', ''));
+      expect((await svc.app.inject({ method: 'GET', url })).body).toBe('second');
+    }
+    // One of a list of tags that is the object's own deletes it; then it is gone (404, not 412).
+    expect((await del(`${first}, ${second}`)).statusCode).toBe(204);
+    expect((await svc.app.inject({ method: 'GET', url })).statusCode).toBe(404);
+    expect((await del(second)).json()).toMatchObject({ code: 'OBJECT_NOT_FOUND', status: 404 });
+    // `*`: whatever object is there.
+    await put(url, 'third');
+    expect((await del('*')).statusCode).toBe(204);
+    expect((await svc.app.inject({ method: 'GET', url })).statusCode).toBe(404);
+  });
+
+  it('keeps an object replaced between its If-Match check and the delete (the store checks the ETag too)', async () => {
+    const target = { bucket, key: 'tmp/raced.txt', folder: '' };
+    const first = (await put(`/objects/${bucket}/tmp/raced.txt`, 'first')).json().etag as string;
+    // A store whose HEAD answers the object as it was, then lets another writer replace it before the delete.
+    const racing = Object.create(svc.store, {
+      head: {
+        value: async (...args: Parameters<typeof svc.store.head>) => {
+          const head = await svc.store.head(...args);
+          await put(`/objects/${bucket}/tmp/raced.txt`, 'second');
+          return head;
+        },
+      },
+    }) as typeof svc.store;
+    await expect(deleteObject(racing, target, { ifMatch: first })).rejects.toMatchObject({ code: 'OBJECT_CHANGED' });
+    expect((await svc.app.inject({ method: 'GET', url: `/objects/${bucket}/tmp/raced.txt` })).body).toBe('second');
   });
 
   it('answers a DELETE in a missing bucket with 404 BUCKET_NOT_FOUND, as GET and PUT do', async () => {

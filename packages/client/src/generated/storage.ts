@@ -90,7 +90,7 @@ export interface paths {
         /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
         put: operations["uploadObject"];
         post?: never;
-        /** Delete an object */
+        /** Delete an object (with If-Match, only while it is the object of that ETag) */
         delete: operations["deleteObject"];
         options?: never;
         /** An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included) */
@@ -130,11 +130,31 @@ export interface paths {
         /** Upload an object (streamed; multipart for large bodies; 413 over the size limit; stored only when the whole body arrived) */
         put: operations["uploadDefaultBucketObject"];
         post?: never;
-        /** Delete an object */
+        /** Delete an object (with If-Match, only while it is the object of that ETag) */
         delete: operations["deleteDefaultBucketObject"];
         options?: never;
         /** An object's headers: Content-Type, Content-Length, ETag, Last-Modified (no body, errors included) */
         head: operations["headDefaultBucketObject"];
+        patch?: never;
+        trace?: never;
+    };
+    "/objects/copy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Copy an object to another key, in its bucket or another, at the store (no bytes through you)
+         * @description The store copies the bytes and the content type of the version of `source` it finds when the copy begins (objects over `object_store.copy_part_size`, 5 GiB by default, in parts). Answers the copy as an upload does; an object at `destination` is replaced. Either end without `bucket` is a key of your folder of the default bucket. Run again, it copies again (the same result). An API key needs `storage:write` and `storage:read` (or `read`). At most 4 copies of one user are under way at once on an instance: another waits for one to end, 30 s at most (then 429). The answer comes once the store has copied: a large copy takes a while, which a gateway's time limit for an answer bounds (5 minutes on the platform's).
+         */
+        post: operations["copyObject"];
+        delete?: never;
+        options?: never;
+        head?: never;
         patch?: never;
         trace?: never;
     };
@@ -265,6 +285,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/uploads/{uploadId}/parts/{partNumber}/copy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Have the store copy one part from a byte range of an object (no bytes through you); a part of the same number is replaced
+         * @description The store copies the part (S3's UploadPartCopy) from the version of `source` that `source_etag` names (HEAD it first). A large object is copied so part by part into an upload to the destination, each request short (a part is at most 5 GiB; every part but the last at least 5 MiB, checked when the upload completes), and after a failure only the parts missing are copied again. The parts, copied and sent, count toward `max_upload_size` as sent ones do. An API key needs `storage:write` and `storage:read` (or `read`); copies of one user share the 4 slots of `POST /objects/copy`.
+         */
+        post: operations["copyUploadPart"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -274,6 +314,22 @@ export interface components {
             /** @description false when the bucket already existed */
             created: boolean;
             message: string;
+        };
+        CopyRequest: {
+            /** @description where the copy is stored (an object there is replaced): a key you may write */
+            destination: {
+                /** @description the bucket; without it, the key is in your folder of the default bucket (`users/{user_id}/`), as `/objects/{key}` names it */
+                bucket?: string;
+                /** @description the key in `bucket` (without it, relative to your folder); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
+                key: string;
+            };
+            /** @description the object copied: one you may read */
+            source: {
+                /** @description the bucket; without it, the key is in your folder of the default bucket (`users/{user_id}/`), as `/objects/{key}` names it */
+                bucket?: string;
+                /** @description the key in `bucket` (without it, relative to your folder); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
+                key: string;
+            };
         };
         /** @description An object of the user */
         GrantEntry: {
@@ -359,6 +415,19 @@ export interface components {
         };
         /** @description Objects and common prefixes, sorted by key */
         ObjectList: components["schemas"]["ObjectInfo"][];
+        PartCopyRequest: {
+            /** @description the source's bytes the part is, as HTTP's Range names them (`bytes=0-104857599`: the first 100 MiB); without it, the whole source */
+            range?: string;
+            /** @description the object the part is copied from: one you may read */
+            source: {
+                /** @description the bucket; without it, the key is in your folder of the default bucket (`users/{user_id}/`), as `/objects/{key}` names it */
+                bucket?: string;
+                /** @description the key in `bucket` (without it, relative to your folder); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
+                key: string;
+            };
+            /** @description the source's ETag as read (HEAD it first): the part is copied only from that version (else 409 SOURCE_CHANGED). Name the same one in every part of a copy, so that no part is of another version */
+            source_etag: string;
+        };
         PresignedUrl: {
             bucket: string;
             /** @description RFC 3339 UTC */
@@ -554,6 +623,18 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description A condition of the request failed: `If-Match` names a state the resource is no longer in (the `code` says which) */
+        PreconditionFailed: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The asked range lies outside the object (`RANGE_NOT_SATISFIABLE`) */
         RangeNotSatisfiable: {
             headers: {
@@ -580,6 +661,19 @@ export interface components {
         };
         /** @description A dependency (database, object store, chain, broker) is unavailable, the service is overloaded, or the request timed out (`DEPENDENCY_UNAVAILABLE`, `OVERLOADED`, `REQUEST_TIMEOUT`) */
         ServiceUnavailable: {
+            headers: {
+                "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                "X-Request-ID": components["headers"]["X-Request-ID"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Too many attempts (`RATE_LIMITED`); `Retry-After` says when to try again */
+        TooManyRequests: {
             headers: {
                 "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
                 "Retry-After": components["headers"]["Retry-After"];
@@ -957,7 +1051,10 @@ export interface operations {
     deleteObject: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the object's ETag as read (or `*`): delete it only if it is still that object (a `gpu storage mv` deletes each source so, once copied) */
+                "if-match"?: string;
+            };
             path: {
                 /** @description bucket name (S3 naming rules: 3-63 characters) */
                 bucketName: string;
@@ -986,6 +1083,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
             404: components["responses"]["NotFound"];
+            /** @description OBJECT_CHANGED: If-Match named an ETag the object no longer has (it was replaced since it was read); nothing was deleted */
+            412: components["responses"]["PreconditionFailed"];
             500: components["responses"]["InternalServerError"];
             /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
             502: components["responses"]["BadGateway"];
@@ -1305,7 +1404,10 @@ export interface operations {
     deleteDefaultBucketObject: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the object's ETag as read (or `*`): delete it only if it is still that object (a `gpu storage mv` deletes each source so, once copied) */
+                "if-match"?: string;
+            };
             path: {
                 /** @description object key in the default bucket: one path segment, or a key with slashes encoded (`a%2Fb.bin` is `a/b.bin`); the key the store holds (your folder `users/{id}/` in front, on the default-bucket routes) has at most 1024 bytes of UTF-8, and each `/`-separated segment at most `object_store.max_key_segment_bytes` (233 by default, the documents' `x-max-segment-utf8-bytes`) */
                 objectKey: string;
@@ -1332,6 +1434,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
             404: components["responses"]["NotFound"];
+            /** @description OBJECT_CHANGED: If-Match named an ETag the object no longer has (it was replaced since it was read); nothing was deleted */
+            412: components["responses"]["PreconditionFailed"];
             500: components["responses"]["InternalServerError"];
             /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
             502: components["responses"]["BadGateway"];
@@ -1450,6 +1554,52 @@ export interface operations {
                 };
                 content?: never;
             };
+        };
+    };
+    copyObject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CopyRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ObjectInfo"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name or key, a key the store cannot hold, or `destination` the same object as `source` (`errors` names the field) */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED, FOLDER_NOT_OWNED (an end you may not use), ROLE_REQUIRED, or INSUFFICIENT_SCOPE (an API key without storage:write, or without storage:read or read) */
+            403: components["responses"]["Forbidden"];
+            /** @description OBJECT_NOT_FOUND (no `source`), BUCKET_NOT_FOUND (either bucket), DEFAULT_BUCKET_NOT_CONFIGURED */
+            404: components["responses"]["NotFound"];
+            /** @description SOURCE_CHANGED: `source` was replaced while it was copied; nothing was copied */
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description RATE_LIMITED: 4 copies of yours were under way for 30 s; try again after Retry-After */
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listDefaultBucketObjects: {
@@ -1846,6 +1996,60 @@ export interface operations {
             408: components["responses"]["RequestTimeout"];
             /** @description PAYLOAD_TOO_LARGE: with the other parts, the upload would pass max_upload_size; nothing was read */
             413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalServerError"];
+            /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
+            502: components["responses"]["BadGateway"];
+            /** @description DEPENDENCY_UNAVAILABLE (the object store cannot be reached) or REQUEST_TIMEOUT */
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    copyUploadPart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1 to 10000 */
+                partNumber: number;
+                /** @description as `POST /uploads` answered it */
+                uploadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PartCopyRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "Access-Control-Allow-Origin": components["headers"]["Access-Control-Allow-Origin"];
+                    "X-Correlation-ID": components["headers"]["X-Correlation-ID"];
+                    "X-Request-ID": components["headers"]["X-Request-ID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadPart"];
+                };
+            };
+            /** @description VALIDATION_ERROR: a bad bucket name, key or range (its last byte before its first), or a part over 5 GiB */
+            400: components["responses"]["BadRequest"];
+            /** @description no valid access token (MISSING_TOKEN, INVALID_TOKEN); WWW-Authenticate: Bearer */
+            401: components["responses"]["Unauthorized"];
+            /** @description BUCKET_NOT_OWNED, FOLDER_NOT_OWNED (a source you may not read), ROLE_REQUIRED, or INSUFFICIENT_SCOPE */
+            403: components["responses"]["Forbidden"];
+            /** @description UPLOAD_NOT_FOUND (no unfinished upload of yours has this ID), OBJECT_NOT_FOUND (no `source`), BUCKET_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED */
+            404: components["responses"]["NotFound"];
+            /** @description SOURCE_CHANGED: `source` is not the version `source_etag` names (or was replaced meanwhile) */
+            409: components["responses"]["Conflict"];
+            /** @description PAYLOAD_TOO_LARGE: with the other parts, the upload would pass max_upload_size */
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description RANGE_NOT_SATISFIABLE: `range` is not within the source */
+            416: components["responses"]["RangeNotSatisfiable"];
+            /** @description RATE_LIMITED: 4 copies of yours were under way for 30 s */
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalServerError"];
             /** @description OBJECT_STORE_ERROR: the object store refused the request (e.g. wrong credentials) */
             502: components["responses"]["BadGateway"];

@@ -164,7 +164,10 @@ export async function requestSchemaDrift(opts: DriftOptions): Promise<string[]> 
     for (const p of op.parameters.filter((x) => x.in === 'path')) {
       const ok = candidates(p.schema, random)
         .map(asText)
-        .find((v) => v !== undefined && v !== '' && !v.includes('/') && documentAccepts(p.schema, v));
+        .find(
+          // A path's text read as the parameter's type (a part number is a number), as the document reads it.
+          (v) => v !== undefined && v !== '' && !v.includes('/') && documentAccepts(p.schema, asTyped(p.schema, v)),
+        );
       validPath[p.name] = ok ?? 'x';
     }
     const url = (params: Record<string, string>, query = '') =>

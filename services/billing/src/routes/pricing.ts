@@ -1,5 +1,5 @@
 /** Pricing routes: estimates, the platform's rates, and provider-specific rates. */
-import { type App, assertScope, authenticate, callerOf, errors } from '@gpu/common';
+import { type App, assertScope, authenticate, callerOf, errors, ifMatchHeader } from '@gpu/common';
 import { z } from 'zod';
 import { quotedResources } from '../domain/leases/index.ts';
 import { Dec } from '../domain/ledger/index.ts';
@@ -247,12 +247,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
           'never undoes a change made in between). The answer carries the new `ETag`.',
         params: providerParams,
         headers: z.object({
-          'if-match': z
-            .string()
-            .min(1)
-            .max(1024)
-            .optional()
-            .describe("the rates' ETag as read (or `*`): change them only if they are still so"),
+          'if-match': ifMatchHeader("the rates' ETag as read (or `*`): change them only if they are still so"),
         }),
         body: providerRatesBody,
         response: { 200: providerRatesSchema, ...problems(400, 403, 404, 412, 503) },

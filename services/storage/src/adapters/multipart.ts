@@ -6,6 +6,7 @@
  *   upload and reused, while the parts before it upload (at most `queueSize` at once). A body that fits in one
  *   part is a plain PUT. (Filling the next part while `queueSize` parts upload was faster, but took one buffer
  *   more: a chunked 1 GiB upload then peaked at 199-202 MB of RSS instead of 184-187 MB.)
+ * - A copy too large for one copy request: parts the store copies from the source itself (`multipartCopy`).
  * On any failure the multipart upload is aborted, so nothing half-finished stays behind.
  */
 import { once } from 'node:events';
@@ -18,15 +19,21 @@ import {
   PutObjectCommand,
   type S3Client,
   UploadPartCommand,
+  UploadPartCopyCommand,
 } from '@aws-sdk/client-s3';
+import { forEachLimited } from '@gpu/common';
 
-export interface MultipartRequest {
+/** Where a multipart upload goes, and what it is. */
+interface MultipartTarget {
   bucket: string;
   key: string;
-  body: Readable;
   contentType: string;
-  partSize: number;
   signal?: AbortSignal;
+}
+
+export interface MultipartRequest extends MultipartTarget {
+  body: Readable;
+  partSize: number;
 }
 
 export class BodyLengthMismatch extends Error {}
@@ -39,11 +46,11 @@ type SendPart = (
   stop?: AbortSignal,
 ) => Promise<CompletedPart>;
 
-/** Creates a multipart upload, lets `uploadParts` send its parts, completes it; aborts it on any failure. */
-async function multipartUpload(
+/** Creates a multipart upload, lets `makeParts` make its parts, completes it; aborts it on any failure. */
+async function inMultipartUpload(
   s3: S3Client,
-  req: MultipartRequest,
-  uploadParts: (sendPart: SendPart) => Promise<CompletedPart[]>,
+  req: MultipartTarget,
+  makeParts: (uploadId: string | undefined) => Promise<CompletedPart[]>,
 ): Promise<void> {
   const { bucket: Bucket, key: Key, signal: abortSignal } = req;
   // Not cut by the signal: a creation aborted in flight can still be made by the store, whose upload ID would then
@@ -52,18 +59,81 @@ async function multipartUpload(
   const UploadId = created.UploadId;
   try {
     abortSignal?.throwIfAborted();
-    const parts = await uploadParts(async (PartNumber, Body, ContentLength, stop) => {
-      const signals = [abortSignal, stop].filter((signal) => signal !== undefined);
-      const out = await s3.send(new UploadPartCommand({ Bucket, Key, UploadId, PartNumber, Body, ContentLength }), {
-        abortSignal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
-      });
-      return { PartNumber, ETag: out.ETag };
-    });
+    const parts = await makeParts(UploadId);
     await s3.send(new CompleteMultipartUploadCommand({ Bucket, Key, UploadId, MultipartUpload: { Parts: parts } }));
   } catch (err) {
     await s3.send(new AbortMultipartUploadCommand({ Bucket, Key, UploadId })).catch(() => {});
     throw err;
   }
+}
+
+/** A multipart upload whose parts `uploadParts` sends from a body. */
+function multipartUpload(
+  s3: S3Client,
+  req: MultipartRequest,
+  uploadParts: (sendPart: SendPart) => Promise<CompletedPart[]>,
+): Promise<void> {
+  const { bucket: Bucket, key: Key, signal: abortSignal } = req;
+  return inMultipartUpload(s3, req, (UploadId) =>
+    uploadParts(async (PartNumber, Body, ContentLength, stop) => {
+      const signals = [abortSignal, stop].filter((signal) => signal !== undefined);
+      const out = await s3.send(new UploadPartCommand({ Bucket, Key, UploadId, PartNumber, Body, ContentLength }), {
+        abortSignal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
+      });
+      return { PartNumber, ETag: out.ETag };
+    }),
+  );
+}
+
+export interface MultipartCopyRequest extends MultipartTarget {
+  /** The source as S3 names it: `bucket/key`, URL-encoded. */
+  copySource: string;
+  /** The source's ETag when the copy began: every part is of that version (else the store answers 412). */
+  etag: string | undefined;
+  /** The source's bytes. */
+  size: number;
+  partSize: number;
+  /** Parts the store copies at once. */
+  queueSize: number;
+}
+
+/**
+ * Copies an object larger than one copy request takes (S3: 5 GiB) in parts the store copies itself
+ * (UploadPartCopy, each a byte range of the source), `queueSize` at once. A part that fails, or the caller gone
+ * (`signal`), stops the parts not started yet; those under way are let end (cut here, the store would go on with them),
+ * and only then is the upload aborted: a part still copying when its upload is aborted might be stored after all, S3
+ * warns, and nothing of the copy is to stay behind.
+ */
+export function multipartCopy(s3: S3Client, req: MultipartCopyRequest): Promise<void> {
+  const { bucket: Bucket, key: Key, copySource: CopySource, etag: CopySourceIfMatch } = req;
+  const starts = Array.from({ length: Math.ceil(req.size / req.partSize) }, (_, i) => i * req.partSize);
+  return inMultipartUpload(s3, req, async (UploadId) => {
+    const parts: CompletedPart[] = [];
+    let failed: { err: unknown } | undefined;
+    await forEachLimited(starts, req.queueSize, async (start, i) => {
+      if (!failed && req.signal?.aborted) failed = { err: req.signal.reason };
+      if (failed) return;
+      try {
+        const end = Math.min(start + req.partSize, req.size) - 1;
+        const out = await s3.send(
+          new UploadPartCopyCommand({
+            Bucket,
+            Key,
+            UploadId,
+            PartNumber: i + 1,
+            CopySource,
+            CopySourceIfMatch,
+            CopySourceRange: `bytes=${start}-${end}`,
+          }),
+        );
+        parts[i] = { PartNumber: i + 1, ETag: out.CopyPartResult?.ETag };
+      } catch (err) {
+        failed ??= { err };
+      }
+    });
+    if (failed) throw failed.err;
+    return parts;
+  });
 }
 
 /** Reads a request body in chunks of at most a given size; the rest of a longer chunk waits for the next call. */

@@ -11,6 +11,7 @@ import { Readable } from 'node:stream';
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
+  CopyObjectCommand,
   CreateBucketCommand,
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
@@ -23,14 +24,17 @@ import {
   PutObjectCommand,
   S3Client,
   UploadPartCommand,
+  UploadPartCopyCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import type { Logger } from '@gpu/common';
 import type { StorageConfig } from '../config.ts';
 import type {
+  CopyRequest,
   ObjectBody,
   ObjectHead,
   ObjectStore,
+  PartCopyRequest,
   PartInfo,
   PartRequest,
   ReadConditions,
@@ -39,9 +43,10 @@ import type {
   StorePageRequest,
   UploadRequest,
 } from '../domain/store.ts';
-import { bufferedMultipartUpload, streamingMultipartUpload } from './multipart.ts';
+import { storageErrors } from '../errors.ts';
+import { bufferedMultipartUpload, multipartCopy, streamingMultipartUpload } from './multipart.ts';
 import { ReadBufferAgent } from './read-buffer-agent.ts';
-import { mapStoreError } from './store-errors.ts';
+import { mapCopyError, mapStoreError, storeFailure } from './store-errors.ts';
 
 type StoreSettings = StorageConfig['object_store'];
 
@@ -116,15 +121,21 @@ function sdkLogger(logger: Logger) {
   };
 }
 
-function client(settings: StoreSettings, endpoint: string, logger?: Logger): S3Client {
+/** Connections to the store for the requests of everything but copies (the SDK's own agent's number). */
+const STORE_SOCKETS = 50;
+
+/** Connections to the store for copies, apart: a copy holds one until the store has copied it (minutes, for GiBs). */
+const COPY_SOCKETS = 16;
+
+function client(settings: StoreSettings, endpoint: string, logger?: Logger, maxSockets = STORE_SOCKETS): S3Client {
   const url = endpointUrl(endpoint, settings.use_ssl);
   const s3 = new S3Client({
     ...(logger ? { logger: sdkLogger(logger) } : {}),
     // Plain-http stores get sockets that read into one reused buffer (read-buffer-agent.ts), pooled as the SDK's
-    // own agent pools them (keep-alive, 50 sockets); https keeps the SDK's agent.
+    // own agent pools them (keep-alive, `maxSockets`: 50 as the SDK's); https the SDK's agent, of `maxSockets` too.
     ...(url.startsWith('http:')
-      ? { requestHandler: { httpAgent: new ReadBufferAgent(STORE_READ_SIZE, { keepAlive: true, maxSockets: 50 }) } }
-      : {}),
+      ? { requestHandler: { httpAgent: new ReadBufferAgent(STORE_READ_SIZE, { keepAlive: true, maxSockets }) } }
+      : { requestHandler: { httpsAgent: { keepAlive: true, maxSockets } } }),
     endpoint: url,
     region: settings.region || 'us-east-1',
     forcePathStyle: true,
@@ -136,9 +147,15 @@ function client(settings: StoreSettings, endpoint: string, logger?: Logger): S3C
   return s3;
 }
 
+/** S3's `x-amz-copy-source`: the bucket and key, each URL-encoded (the key's `/` kept). */
+const copySourceOf = (source: { bucket: string; key: string }) =>
+  `${encodeURIComponent(source.bucket)}/${encodeURIComponent(source.key).replace(/%2F/g, '/')}`;
+
 /** The store over S3; `waitUntilReachable` is the server's start-up check. */
 export class S3ObjectStore implements ObjectStore {
   private readonly s3: S3Client;
+  /** The client of copies (`copy`), with connections of its own. */
+  private readonly copier: S3Client;
   private readonly signer: S3Client;
 
   /** `logger`: where the SDK's own lines go (the console without one). */
@@ -147,6 +164,7 @@ export class S3ObjectStore implements ObjectStore {
     logger?: Logger,
   ) {
     this.s3 = client(settings, settings.endpoint, logger);
+    this.copier = client(settings, settings.endpoint, logger, COPY_SOCKETS);
     this.signer = settings.public_endpoint ? client(settings, settings.public_endpoint, logger) : this.s3;
   }
 
@@ -248,6 +266,51 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
+  /**
+   * One CopyObject for a source up to `copy_part_size`, else a multipart copy in parts of that size (at least the
+   * size's 10,000th: S3's most parts), each of the version the source's HEAD found (`x-amz-copy-source-if-match`).
+   * Copies go through a client of their own (`COPY_SOCKETS`): a copy holds its connection until the store is done,
+   * and so many of them cannot take the connections uploads and downloads need. A single copy is not cut off when its
+   * caller goes away (the store would go on with it anyway): it ends, and is catalogued, as if the caller had stayed;
+   * it is given up at `until`, the request's time limit, whatever happens.
+   */
+  async copy(req: CopyRequest): Promise<undefined> {
+    const { source, destination } = req;
+    const from = await this.head(source.bucket, source.key, {}).catch(async (err: unknown) => {
+      // A HEAD's 404 has no body to tell a missing bucket from a missing key: the bucket is asked.
+      if ((err as { code?: string }).code === 'OBJECT_NOT_FOUND') await this.bucketMustExist(source.bucket);
+      throw err;
+    });
+    const copySource = copySourceOf(source);
+    try {
+      if (from.contentLength <= this.settings.copy_part_size) {
+        await this.copier.send(
+          new CopyObjectCommand({
+            Bucket: destination.bucket,
+            Key: destination.key,
+            CopySource: copySource,
+            CopySourceIfMatch: from.etag,
+          }),
+          { abortSignal: AbortSignal.timeout(Math.max(1, req.until.getTime() - Date.now())) },
+        );
+        return;
+      }
+      await multipartCopy(this.copier, {
+        bucket: destination.bucket,
+        key: destination.key,
+        contentType: from.contentType,
+        copySource,
+        etag: from.etag,
+        size: from.contentLength,
+        partSize: Math.max(this.settings.copy_part_size, Math.ceil(from.contentLength / 10_000)),
+        queueSize: this.settings.queue_size,
+        signal: req.signal,
+      });
+    } catch (err) {
+      throw mapCopyError(err, req.source, { bucket: req.destination.bucket, key: req.destination.key });
+    }
+  }
+
   async get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody> {
     try {
       const out = await this.s3.send(
@@ -295,10 +358,18 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async delete(bucket: string, key: string): Promise<void> {
+  async delete(bucket: string, key: string, opts: { ifMatch?: string } = {}): Promise<void> {
     try {
-      await this.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+      await this.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: key, IfMatch: opts.ifMatch }));
     } catch (err) {
+      const { name, status } = storeFailure(err);
+      if (opts.ifMatch !== undefined) {
+        // S3: a conditional write of the key under way at once; either way the object is not the one named.
+        if (name === 'ConditionalRequestConflict')
+          throw storageErrors.preconditionFailed('the object is being replaced');
+        // A store without conditional deletes: the caller checked the ETag just before (domain/objects.ts).
+        if (name === 'NotImplemented' || status === 501) return this.delete(bucket, key);
+      }
       throw mapStoreError(err, { bucket, key });
     }
   }
@@ -380,6 +451,30 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
+  async copyPart(part: PartCopyRequest): Promise<string> {
+    const { bucket, key } = part;
+    try {
+      const out = await this.copier.send(
+        new UploadPartCopyCommand({
+          Bucket: bucket,
+          Key: key,
+          UploadId: part.uploadId,
+          PartNumber: part.partNumber,
+          CopySource: copySourceOf(part.source),
+          CopySourceIfMatch: part.etag,
+          // An empty source has no byte to name: copied whole.
+          CopySourceRange: part.last >= part.first ? `bytes=${part.first}-${part.last}` : undefined,
+        }),
+        { abortSignal: part.signal },
+      );
+      const etag = out.CopyPartResult?.ETag;
+      if (!etag) throw new Error('the store answered no ETag for the part');
+      return etag;
+    } catch (err) {
+      throw mapCopyError(err, part.source, { bucket, key, upload: true });
+    }
+  }
+
   async listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]> {
     const parts: PartInfo[] = [];
     try {
@@ -427,6 +522,7 @@ export class S3ObjectStore implements ObjectStore {
 
   close(): void {
     this.s3.destroy();
+    this.copier.destroy();
     if (this.signer !== this.s3) this.signer.destroy();
   }
 }

@@ -18,6 +18,12 @@ interface Where {
   upload?: boolean;
 }
 
+/** A store failure's S3 error name and HTTP status, where it has them. */
+export function storeFailure(err: unknown): { name?: string; status?: number } {
+  const e = err as S3ErrorShape;
+  return { name: e.name ?? e.Code, status: e.$metadata?.httpStatusCode };
+}
+
 export function mapStoreError(err: unknown, where: Where): Error {
   if (err instanceof AppError || err instanceof NotModified) return err;
   if (err instanceof BodyLengthMismatch) return storageErrors.incompleteBody(err.message);
@@ -54,4 +60,19 @@ export function mapStoreError(err: unknown, where: Where): Error {
       cause: err,
     },
   );
+}
+
+/**
+ * A copy's failures (a whole object's, or one part's into an upload, `destination.upload`): the source was found
+ * (its HEAD came first), so a missing key is the source deleted since, a missing bucket the destination's, and a
+ * failed precondition the source changed since (its ETag no longer holds).
+ */
+export function mapCopyError(err: unknown, source: { bucket: string; key: string }, destination: Where): Error {
+  const e = err as S3ErrorShape;
+  const name = e.name ?? e.Code;
+  if (name === 'NoSuchUpload') return storageErrors.uploadNotFound();
+  if (name === 'NoSuchKey') return storageErrors.objectNotFound(source.bucket, source.key);
+  if (name === 'NoSuchBucket') return storageErrors.bucketNotFound(destination.bucket ?? '');
+  if (name === 'PreconditionFailed' || e.$metadata?.httpStatusCode === 412) return storageErrors.sourceChanged();
+  return mapStoreError(err, destination);
 }

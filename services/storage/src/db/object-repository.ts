@@ -38,7 +38,7 @@ export class ObjectRepository implements ObjectCatalog {
     return new Date(rows[0]!.now);
   }
 
-  async put(objects: CatalogObject[], opts: { staleBefore?: Date } = {}): Promise<void> {
+  async put(objects: CatalogObject[], opts: { staleBefore?: Date; latest?: boolean } = {}): Promise<void> {
     for (let i = 0; i < objects.length; i += INSERT_BATCH) {
       await this.db
         .insertInto('objects')
@@ -52,6 +52,7 @@ export class ObjectRepository implements ObjectCatalog {
             last_modified: eb.ref('excluded.last_modified'),
             updated_at: sql`now()`,
           }));
+          if (opts.latest) return update;
           return opts.staleBefore
             ? update.where('objects.updated_at', '<', opts.staleBefore)
             : update.where(
@@ -60,6 +61,13 @@ export class ObjectRepository implements ObjectCatalog {
         })
         .execute();
     }
+  }
+
+  withKey<T>(bucket: string, key: string, fn: (catalog: ObjectRepository) => Promise<T>): Promise<T> {
+    return this.db.transaction().execute(async (trx) => {
+      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`catalog:${bucket}/${key}`}, 0))`.execute(trx);
+      return fn(new ObjectRepository(trx));
+    });
   }
 
   async remove(bucket: string, key: string): Promise<void> {
@@ -215,5 +223,14 @@ export class ObjectRepository implements ObjectCatalog {
 
   async forgetExpectedWrites(before: Date): Promise<void> {
     await this.db.deleteFrom('catalog_expected_writes').where('until', '<', before).execute();
+  }
+
+  async forgetExpectedWrite(write: ExpectedWrite): Promise<void> {
+    await this.db
+      .deleteFrom('catalog_expected_writes')
+      .where('bucket', '=', write.bucket)
+      .where('key', '=', write.key)
+      .where('until', '=', write.until)
+      .execute();
   }
 }

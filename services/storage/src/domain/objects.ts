@@ -1,6 +1,7 @@
 /**
  * Object operations and their rules:
- * - an upload answers the stored object as the store describes it afterwards (size, ETag, content type);
+ * - an upload answers the stored object as the store describes it afterwards (size, ETag, content type), and so
+ *   does a copy, which the store makes itself;
  * - DELETE of a missing object is OBJECT_NOT_FOUND (S3 answers 204 either way), and of an object in a missing
  *   bucket BUCKET_NOT_FOUND, as every other route answers;
  * - a 304 carries the validators (ETag, Last-Modified) RFC 9110 asks for, fetched when the store left them out.
@@ -8,7 +9,8 @@
  *   known to exist (a missing object or bucket answers as a download would, not with the store's XML error).
  * Reads pass straight through to the store (their conditions: `read-rules.ts`).
  */
-import { isAppError } from '@gpu/common';
+import { ifMatchHolds, isAppError } from '@gpu/common';
+import { storageErrors } from '../errors.ts';
 import type {
   NotModified,
   ObjectBody,
@@ -29,14 +31,32 @@ export interface Target {
 export async function uploadObject(store: ObjectStore, req: UploadRequest): Promise<ObjectEntry> {
   // The catalogued store read the object back to catalogue it; only a bare store is asked again.
   const head = (await store.upload(req)) ?? (await store.head(req.bucket, req.key, {}));
+  return entryOf(req.key, head);
+}
+
+function entryOf(key: string, head: ObjectHead): ObjectEntry {
   return {
-    key: req.key,
+    key,
     size: head.contentLength,
     lastModified: head.lastModified,
     contentType: head.contentType,
     etag: head.etag,
     isPrefix: false,
   };
+}
+
+/**
+ * Copies `source` to `destination` at the store (no byte through the service) and describes the copy; an object is
+ * not copied onto itself.
+ */
+export async function copyObject(
+  store: ObjectStore,
+  copy: { source: Target; destination: Target; until: Date; signal?: AbortSignal },
+): Promise<ObjectEntry> {
+  const { source, destination } = copy;
+  if (source.bucket === destination.bucket && source.key === destination.key) throw storageErrors.copyOntoItself();
+  const head = (await store.copy(copy)) ?? (await store.head(destination.bucket, destination.key, {}));
+  return entryOf(destination.key, head);
 }
 
 /** The object's bytes (or the range asked for), or `NotModified`. */
@@ -81,9 +101,23 @@ export async function existingObject(store: ObjectStore, target: Target): Promis
   }
 }
 
-export async function deleteObject(store: ObjectStore, target: Target): Promise<void> {
-  await existingObject(store, target);
-  await store.delete(target.bucket, target.key);
+/**
+ * Deletes an object that must exist. With `ifMatch` (`If-Match`: `*` or ETags), only while it is the object named:
+ * else 412 OBJECT_CHANGED and it stays. The check is the object's HEAD, and the store's delete is sent with the ETag
+ * found, so that a store with conditional deletes (S3, the dev server) keeps an object replaced in between too.
+ */
+export async function deleteObject(store: ObjectStore, target: Target, opts: { ifMatch?: string } = {}): Promise<void> {
+  const head = await existingObject(store, target);
+  if (opts.ifMatch === undefined) return store.delete(target.bucket, target.key);
+  if (!ifMatchHolds(opts.ifMatch, head.etag)) throw storageErrors.objectChanged();
+  try {
+    // `*`: whatever object is there; else the very one checked.
+    await store.delete(target.bucket, target.key, { ifMatch: opts.ifMatch.trim() === '*' ? '*' : head.etag });
+  } catch (err) {
+    // Replaced between the HEAD and the delete (a store with conditional deletes said so).
+    if (isAppError(err) && err.code === 'PRECONDITION_FAILED') throw storageErrors.objectChanged();
+    throw err;
+  }
 }
 
 /** The validators of a 304: those the store sent, else the object's own. */

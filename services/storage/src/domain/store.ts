@@ -64,6 +64,33 @@ export interface UploadRequest {
   signal?: AbortSignal;
 }
 
+/** An object copied by the store itself to another key (of the same bucket or another). */
+export interface CopyRequest {
+  source: { bucket: string; key: string };
+  destination: { bucket: string; key: string };
+  /**
+   * When the copy is given up at the latest (the request's time limit): a copy the store makes after its request
+   * failed (the caller gone, a time limit) is found by reconciliation, which looks at the key until then.
+   */
+  until: Date;
+  signal?: AbortSignal;
+}
+
+/** One part of a multipart upload that the store copies from a byte range of an object (S3's UploadPartCopy). */
+export interface PartCopyRequest {
+  bucket: string;
+  key: string;
+  uploadId: string;
+  partNumber: number;
+  source: { bucket: string; key: string };
+  /** The source's version the part is of: another there is SOURCE_CHANGED. */
+  etag: string;
+  /** The first and last byte of the source copied (inclusive, as HTTP's Range); 0 and -1: an empty source, whole. */
+  first: number;
+  last: number;
+  signal?: AbortSignal;
+}
+
 /** One part of a multipart upload on its way to the store. */
 export interface PartRequest {
   bucket: string;
@@ -118,16 +145,29 @@ export interface ObjectStore {
    * anyway (the catalogued store does, to catalogue it), else undefined: the caller HEADs it if it needs it.
    */
   upload(req: UploadRequest): Promise<ObjectHead | undefined>;
+  /**
+   * Copies the source's bytes and content type to the destination at the store (no byte passes through the service),
+   * the version the copy began with (a source changed meanwhile is SOURCE_CHANGED). A missing source is
+   * OBJECT_NOT_FOUND (or BUCKET_NOT_FOUND) of the source, a missing destination bucket BUCKET_NOT_FOUND. Answers as
+   * `upload` does.
+   */
+  copy(req: CopyRequest): Promise<ObjectHead | undefined>;
   get(bucket: string, key: string, cond: ReadConditions, signal?: AbortSignal): Promise<ObjectBody>;
   head(bucket: string, key: string, cond: ReadConditions): Promise<ObjectHead>;
-  /** Deletes the key; the store answers alike whether it existed or not. */
-  delete(bucket: string, key: string): Promise<void>;
+  /**
+   * Deletes the key; the store answers alike whether it existed or not. With `ifMatch` (an ETag, or `*`), only the
+   * object of that ETag: another there is PRECONDITION_FAILED, none OBJECT_NOT_FOUND, at stores with conditional
+   * deletes (S3, the dev server); a store without them deletes whatever is there (the caller checks before).
+   */
+  delete(bucket: string, key: string, opts?: { ifMatch?: string }): Promise<void>;
   listPage(req: StorePageRequest): Promise<StorePage>;
   presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
   /** Starts a multipart upload at the store; its upload ID. */
   createMultipart(bucket: string, key: string, contentType: string): Promise<string>;
   /** Sends one part of exactly `length` bytes (streamed); its ETag. NoSuchUpload is UPLOAD_NOT_FOUND. */
   uploadPart(part: PartRequest): Promise<string>;
+  /** Has the store copy one part from a source's byte range; its ETag. NoSuchUpload is UPLOAD_NOT_FOUND. */
+  copyPart(part: PartCopyRequest): Promise<string>;
   /** The parts the store holds of an upload, by number. NoSuchUpload is UPLOAD_NOT_FOUND. */
   listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]>;
   /** Joins the parts, in the order given, into the object. */

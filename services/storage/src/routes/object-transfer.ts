@@ -162,7 +162,7 @@ export async function headObject(ctx: StorageContext, target: Target, request: F
   }
 }
 
-export async function deleteObject(ctx: StorageContext, target: Target, _request: FastifyRequest, reply: FastifyReply) {
-  await deleteStored(ctx.store, target);
+export async function deleteObject(ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) {
+  await deleteStored(ctx.store, target, { ifMatch: request.headers['if-match'] });
   return reply.code(204).send();
 }

@@ -6,6 +6,7 @@
 import {
   durationMs,
   type HeaderName,
+  ifMatchHeader,
   noBody,
   PAGE_HEADERS,
   type RouteDocs,
@@ -66,6 +67,13 @@ const LIST_DOCS: RouteDocs = { headers: { 200: [...PAGE_HEADERS, 'X-Next-Start-A
 const BYTES_HEADERS: readonly HeaderName[] = ['Content-Type', ...OBJECT_HEADERS];
 const NOT_MODIFIED_HEADERS: readonly HeaderName[] = ['ETag', 'Last-Modified'];
 
+const deleteHeaders = z.object({
+  'if-match': ifMatchHeader(
+    "the object's ETag as read (or `*`): delete it only if it is still that object (a `gpu storage mv` deletes " +
+      'each source so, once copied)',
+  ),
+});
+
 const operations: Array<{
   method: 'PUT' | 'GET' | 'HEAD' | 'DELETE';
   /** The operationId's verb and noun; the default-bucket twin inserts `DefaultBucket` before the noun. */
@@ -75,8 +83,8 @@ const operations: Array<{
   headers?: RouteDocs['headers'];
   handler: Handler;
   transfer: boolean;
-  /** Extra schema parts: the upload's body, as the OpenAPI document describes it; the download's query. */
-  schema?: { body: z.ZodType; consumes: string[] } | { querystring: z.ZodType };
+  /** Extra schema parts: the upload's body, as the OpenAPI document describes it; the download's query; headers. */
+  schema?: { body: z.ZodType; consumes: string[] } | { querystring: z.ZodType } | { headers: z.ZodType };
   response: Record<number, unknown>;
 }> = [
   {
@@ -148,10 +156,18 @@ const operations: Array<{
   {
     method: 'DELETE',
     id: ['delete', 'Object'],
-    summary: 'Delete an object',
+    summary: 'Delete an object (with If-Match, only while it is the object of that ETag)',
     handler: deleteObject,
     transfer: false,
-    response: { 204: noBody('deleted'), ...storeErrorResponses },
+    schema: { headers: deleteHeaders },
+    response: {
+      204: noBody('deleted'),
+      ...storeErrorResponses,
+      412: problemResponse(
+        'OBJECT_CHANGED: If-Match named an ETag the object no longer has (it was replaced since it was read); ' +
+          'nothing was deleted',
+      ),
+    },
   },
 ];
 

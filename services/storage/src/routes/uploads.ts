@@ -53,7 +53,7 @@ const startBody = z
   .strict()
   .register(schemas, { id: 'UploadStart' });
 
-const partSchema = z
+export const partSchema = z
   .object({
     part_number: z.number().int(),
     size: z.number().int().describe('bytes'),
@@ -115,11 +115,11 @@ const completeBody = z
   .register(schemas, { id: 'UploadComplete' });
 
 const uploadParams = z.object({ uploadId: z.uuid().describe('as `POST /uploads` answered it') });
-const partParams = uploadParams.extend({
+export const partParams = uploadParams.extend({
   partNumber: z.coerce.number().int().min(1).max(MAX_PARTS).describe(`1 to ${MAX_PARTS}`),
 });
 
-const notFound = problemResponse(
+const uploadNotFound = problemResponse(
   'UPLOAD_NOT_FOUND: no unfinished upload of yours has this ID (never made, completed, aborted, expired, or ' +
     "someone else's)",
 );
@@ -220,7 +220,7 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         operationId: 'getUpload',
         summary: 'An unfinished upload and the parts stored so far (what a resuming client need not send again)',
         params: uploadParams,
-        response: { 200: uploadSchema, ...storeErrorResponses, 404: notFound },
+        response: { 200: uploadSchema, ...storeErrorResponses, 404: uploadNotFound },
       },
     },
     async (request) => {
@@ -246,7 +246,7 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
             `NO_PARTS (nothing to join), PART_TOO_SMALL (a part but the last under ${MIN_PART_SIZE} bytes), ` +
               'VALIDATION_ERROR',
           ),
-          404: notFound,
+          404: uploadNotFound,
           409: problemResponse(
             'PARTS_CHANGED: a part named was never stored or has another ETag now (sent again meanwhile)',
           ),
@@ -282,7 +282,7 @@ export const uploadRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         operationId: 'abortUpload',
         summary: 'Give an upload up: its parts are freed',
         params: uploadParams,
-        response: { 204: noBody('aborted'), ...storeErrorResponses, 404: notFound },
+        response: { 204: noBody('aborted'), ...storeErrorResponses, 404: uploadNotFound },
       },
     },
     async (request, reply) => {
@@ -321,7 +321,7 @@ export const uploadPartRoute: RoutePlugin<StorageContext> = async (app, ctx) => 
             'LENGTH_REQUIRED (no Content-Length), INCOMPLETE_BODY (the body ended before its Content-Length: the ' +
               'part was not stored), VALIDATION_ERROR',
           ),
-          404: notFound,
+          404: uploadNotFound,
           408: problemResponse('CLIENT_TIMEOUT: no byte of the body arrived for object_store.upload_idle_timeout'),
           413: problemResponse(
             'PAYLOAD_TOO_LARGE: with the other parts, the upload would pass max_upload_size; nothing was read',

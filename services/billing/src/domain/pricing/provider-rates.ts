@@ -5,7 +5,7 @@
  * changing them never re-prices a running session.
  */
 import { createHash } from 'node:crypto';
-import { isPrivileged, type Principal } from '@gpu/common';
+import { ifMatchHolds, isPrivileged, type Principal } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import {
   findProviderRatesRow,
@@ -63,14 +63,6 @@ export function ratesEtag(stored: StoredProviderRates | null): string {
       ]
     : null;
   return `"${createHash('sha256').update(JSON.stringify(state)).digest('base64url').slice(0, 27)}"`;
-}
-
-/** Whether an `If-Match` header (`*`, or a list of tags) matches the current tag. */
-function matches(ifMatch: string, current: string): boolean {
-  return ifMatch
-    .split(',')
-    .map((tag) => tag.trim())
-    .some((tag) => tag === '*' || tag === current);
 }
 
 /** Replaces a provider's overrides (base rate keys must already be normalised). */
@@ -135,7 +127,7 @@ export async function setProviderRates(
     await lockProviderRates(trx, providerId);
     if (ifMatch !== undefined) {
       const current = ratesEtag(await findProviderRates(trx, providerId));
-      if (!matches(ifMatch, current)) throw billingErrors.ratesChanged(providerId, current);
+      if (!ifMatchHolds(ifMatch, current)) throw billingErrors.ratesChanged(providerId, current);
     }
     const stored = await putProviderRates(trx, providerId, rates);
     await announceProviderRates(ctx, trx, stored);

@@ -57,10 +57,21 @@ export interface ObjectCatalog {
   now(): Promise<Date>;
   /**
    * Inserts or replaces rows. With `staleBefore` (reconciliation) only rows last written before it are replaced, so a
-   * request's write during the run stands; without it, a row is not replaced by an older version of the object.
+   * request's write during the run stands; with `latest` (read from the store under the key's lock: `withKey`) a row
+   * is replaced whatever it holds; with neither, a row is not replaced by an older version of the object.
    */
-  put(objects: CatalogObject[], opts?: { staleBefore?: Date }): Promise<void>;
+  put(objects: CatalogObject[], opts?: { staleBefore?: Date; latest?: boolean }): Promise<void>;
   remove(bucket: string, key: string): Promise<void>;
+  /**
+   * Runs `fn` holding the key's lock until it returns (a transaction-scoped advisory lock), with the catalog writing in
+   * that transaction: a request's write or delete at the store and its row of the key are one step against every
+   * other request's of the same key, so no row outlives its object and none is missing for a newer one.
+   */
+  withKey<T>(
+    bucket: string,
+    key: string,
+    fn: (catalog: Pick<ObjectCatalog, 'put' | 'remove'>) => Promise<T>,
+  ): Promise<T>;
   /**
    * Removes the rows of `bucket` whose keys lie in `(after, upTo]` (an absent bound: open) but are not in `keep`, and
    * that were last written before `staleBefore`.
@@ -95,6 +106,8 @@ export interface ObjectCatalog {
   expectedWrites(): Promise<ExpectedWrite[]>;
   /** Forgets the keys whose URLs expired before `before`. */
   forgetExpectedWrites(before: Date): Promise<void>;
+  /** Forgets one expected write, when it is still the one noted (no later `until` noted for its key since). */
+  forgetExpectedWrite(write: ExpectedWrite): Promise<void>;
 }
 
 /** The default bucket's per-user folders: `users/{id}/...`. */

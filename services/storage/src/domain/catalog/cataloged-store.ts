@@ -1,6 +1,6 @@
 /**
  * The object store as the routes and rules use it: every write that succeeds at the store is written to the catalog
- * in the same request (uploads, a resumable upload's completion, deletes), so a listing right after it sees it.
+ * in the same request (uploads, copies, a resumable upload's completion, deletes), so a listing right after it sees it.
  *
  * Order: the store first, it holds the bytes; the catalog after. A catalog write that fails (the database away)
  * fails the request with 503 `DEPENDENCY_UNAVAILABLE` although the store did the write: the client learns that
@@ -11,9 +11,11 @@
  */
 import { errors } from '@gpu/common';
 import type {
+  CopyRequest,
   ObjectBody,
   ObjectHead,
   ObjectStore,
+  PartCopyRequest,
   PartInfo,
   PartRequest,
   ReadConditions,
@@ -38,14 +40,34 @@ export class CatalogedStore implements ObjectStore {
     return this.catalogued(req.bucket, req.key);
   }
 
+  /**
+   * Copies at the store and catalogues the copy, as an upload. The key is noted first, as a write URL's is: should the
+   * request fail with the store copying on (the caller gone, the catalog away), reconciliation finds the copy.
+   */
+  async copy(req: CopyRequest): Promise<ObjectHead | undefined> {
+    const { bucket, key } = req.destination;
+    if (bucket === this.recordsBucket) return this.inner.copy(req);
+    const expected = { bucket, key, until: req.until };
+    await this.write(() => this.catalog.expectWrite(expected));
+    await this.inner.copy(req);
+    const head = await this.catalogued(bucket, key);
+    // Catalogued: reconciliation need not look at the key (unless a write URL's later `until` was noted for it since).
+    await this.write(() => this.catalog.forgetExpectedWrite(expected));
+    return head;
+  }
+
   async completeMultipart(bucket: string, key: string, uploadId: string, parts: StoredPart[]): Promise<void> {
     await this.inner.completeMultipart(bucket, key, uploadId, parts);
     await this.catalogued(bucket, key);
   }
 
-  async delete(bucket: string, key: string): Promise<void> {
-    await this.inner.delete(bucket, key);
-    if (bucket !== this.recordsBucket) await this.write(() => this.catalog.remove(bucket, key));
+  /** Deletes at the store and removes the row, under the key's lock (an upload's cataloguing waits, or goes first). */
+  async delete(bucket: string, key: string, opts: { ifMatch?: string } = {}): Promise<void> {
+    if (bucket === this.recordsBucket) return this.inner.delete(bucket, key, opts);
+    await this.locked(bucket, key, async (catalog) => {
+      await this.inner.delete(bucket, key, opts);
+      await this.write(() => catalog.remove(bucket, key));
+    });
   }
 
   async ensureBucket(bucket: string): Promise<'created' | 'exists'> {
@@ -63,30 +85,54 @@ export class CatalogedStore implements ObjectStore {
    */
   private async catalogued(bucket: string, key: string): Promise<ObjectHead | undefined> {
     if (bucket === this.recordsBucket) return undefined;
-    let head: ObjectHead;
-    try {
-      head = await this.inner.head(bucket, key, {});
-    } catch (err) {
-      // Deleted again already (a concurrent request): the catalog follows.
-      if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
-      await this.write(() => this.catalog.remove(bucket, key));
-      return undefined;
-    }
     const ownerOf = await this.owners.of(bucket);
-    await this.write(() =>
-      this.catalog.put([
-        {
-          bucket,
-          key,
-          size: head.contentLength,
-          contentType: head.contentType,
-          etag: head.etag,
-          lastModified: head.lastModified,
-          ownerId: ownerOf(key),
-        },
-      ]),
-    );
-    return head;
+    // Under the key's lock, the HEAD reads the store's latest for the key (a delete or another write of it waits, or
+    // went first), so its row replaces whatever the catalog holds: a Last-Modified may be older than the row's (S3
+    // dates a multipart object at its upload's start) and still be the latest.
+    return this.locked(bucket, key, async (catalog) => {
+      let head: ObjectHead;
+      try {
+        head = await this.inner.head(bucket, key, {});
+      } catch (err) {
+        // Deleted again already (a concurrent request): the catalog follows.
+        if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
+        await this.write(() => catalog.remove(bucket, key));
+        return undefined;
+      }
+      const row = {
+        bucket,
+        key,
+        size: head.contentLength,
+        contentType: head.contentType,
+        etag: head.etag,
+        lastModified: head.lastModified,
+        ownerId: ownerOf(key),
+      };
+      await this.write(() => catalog.put([row], { latest: true }));
+      return head;
+    });
+  }
+
+  /** `fn` under the key's lock (`ObjectCatalog.withKey`); the lock's own failure (the database away) is a 503. */
+  private async locked<T>(
+    bucket: string,
+    key: string,
+    fn: (catalog: Pick<ObjectCatalog, 'put' | 'remove'>) => Promise<T>,
+  ): Promise<T> {
+    let failed: { err: unknown } | undefined;
+    try {
+      return await this.catalog.withKey(bucket, key, async (catalog) => {
+        try {
+          return await fn(catalog);
+        } catch (err) {
+          failed = { err };
+          throw err;
+        }
+      });
+    } catch (err) {
+      if (failed) throw failed.err;
+      throw errors.dependencyUnavailable('database', err);
+    }
   }
 
   private async write(op: () => Promise<void>): Promise<void> {
@@ -128,6 +174,9 @@ export class CatalogedStore implements ObjectStore {
   }
   uploadPart(part: PartRequest): Promise<string> {
     return this.inner.uploadPart(part);
+  }
+  copyPart(part: PartCopyRequest): Promise<string> {
+    return this.inner.copyPart(part);
   }
   listParts(bucket: string, key: string, uploadId: string): Promise<PartInfo[]> {
     return this.inner.listParts(bucket, key, uploadId);

@@ -171,7 +171,11 @@ export class Reconciler {
     const { catalog, recordsBucket } = this.opts;
     const writes = (await catalog.expectedWrites()).filter((w) => w.bucket !== recordsBucket);
     const byBucket = new Map<string, string[]>();
-    for (const w of writes) byBucket.set(w.bucket, [...(byBucket.get(w.bucket) ?? []), w.key]);
+    for (const w of writes) {
+      const keys = byBucket.get(w.bucket);
+      if (keys) keys.push(w.key);
+      else byBucket.set(w.bucket, [w.key]);
+    }
     for (const [bucket, keys] of byBucket) {
       if (this.stopped) return writes.length;
       const ownerOf = await this.opts.owners.of(bucket);

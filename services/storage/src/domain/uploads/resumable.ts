@@ -36,6 +36,8 @@ import {
 export const MIN_PART_SIZE = 5 * 1024 * 1024;
 /** S3's most parts of one upload. */
 export const MAX_PARTS = 10_000;
+/** S3's largest part (a copied part's most bytes too). */
+const MAX_PART_SIZE = 5 * 1024 * 1024 * 1024;
 /** Unfinished uploads one owner may have at once. */
 export const MAX_OPEN_UPLOADS = 10;
 
@@ -217,12 +219,65 @@ export class Uploads {
       key: record.key,
       uploadId: record.store_upload_id,
     });
+    await this.withinBound(record);
+    return etag;
+  }
+
+  /**
+   * Has the store copy one part from a byte range of an object (`first` to `last`, inclusive; the whole object
+   * without them) of the version `source.etag`; the part's ETag and size. A range outside the object is 416, a part
+   * over S3's largest (5 GiB) a 400, one that would pass `max_upload_size` with the other parts 413 before anything
+   * is copied; parts copied at once are bounded as parts sent at once are.
+   */
+  async copyPart(
+    record: UploadRecord,
+    part: { partNumber: number; source: { bucket: string; key: string; etag: string; size: number } },
+    range: { first: number; last: number } | undefined,
+    signal?: AbortSignal,
+  ): Promise<{ etag: string; size: number }> {
+    const { source } = part;
+    // Without a range, the whole source (an empty one too: 0 to -1, no byte).
+    const first = range?.first ?? 0;
+    const last = range?.last ?? source.size - 1;
+    if (last < first && range) {
+      throw errors.validation('a range ends at or after its first byte', [
+        { path: 'body.range', message: 'the last byte is before the first' },
+      ]);
+    }
+    if (last >= source.size) {
+      throw storageErrors.rangeNotSatisfiable(
+        `bytes ${first}-${last} are not within the source's ${source.size} bytes (the last byte is ${source.size - 1})`,
+      );
+    }
+    const size = last - first + 1;
+    if (size > MAX_PART_SIZE) {
+      throw errors.validation(`a part is at most ${MAX_PART_SIZE} bytes (5 GiB); this one would have ${size}`, [
+        { path: range ? 'body.range' : 'body.source', message: `at most ${MAX_PART_SIZE} bytes a part` },
+      ]);
+    }
+    if (size > (await this.roomFor(record, part.partNumber))) throw storageErrors.uploadTooLarge(this.settings.maxSize);
+    const etag = await this.store.copyPart({
+      bucket: record.bucket,
+      key: record.key,
+      uploadId: record.store_upload_id,
+      partNumber: part.partNumber,
+      source: { bucket: source.bucket, key: source.key },
+      etag: source.etag,
+      first,
+      last,
+      signal,
+    });
+    await this.withinBound(record);
+    return { etag, size };
+  }
+
+  /** Gives the upload up (413) when its parts together passed `max_upload_size` (parts stored at once). */
+  private async withinBound(record: UploadRecord): Promise<void> {
     const held = (await this.parts(record)).reduce((sum, p) => sum + p.size, 0);
     if (held > this.settings.maxSize) {
       await this.abort(record).catch(() => {});
       throw storageErrors.uploadTooLarge(this.settings.maxSize);
     }
-    return etag;
   }
 
   /**
