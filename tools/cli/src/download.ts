@@ -21,6 +21,7 @@ export interface ObjectVersion {
   size: number;
   etag: string | null;
   lastModified: string | null;
+  contentType?: string | null;
 }
 
 const SUFFIX = '.gpu-download';
@@ -54,6 +55,7 @@ export async function headOf(ctx: Context, ref: ObjectRef): Promise<ObjectVersio
       size: head.contentLength ?? 0,
       etag: head.etag,
       lastModified: head.lastModified?.toISOString() ?? null,
+      contentType: head.contentType ?? null,
     };
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) throw objectNotFound(ref);

@@ -59,7 +59,7 @@ export function isUnreachable(err: unknown): boolean {
  * A file system error as one line about `file`, also where it is the cause of another (a stream read from a file that
  * failed under an upload fails the upload with it); any other error as it is.
  */
-export function localError(err: unknown, action: 'read' | 'write', file: string): unknown {
+export function localError(err: unknown, action: 'read' | 'write' | 'remove', file: string): unknown {
   const cause = (err as { cause?: unknown } | null)?.cause;
   const fs = isFileSystemError(err) ? err : isFileSystemError(cause) ? cause : undefined;
   if (!fs) return err;
@@ -68,7 +68,11 @@ export function localError(err: unknown, action: 'read' | 'write', file: string)
 }
 
 /** Runs a file system call, its failure said as `localError` says it. */
-export async function locally<T>(action: 'read' | 'write', file: string, call: () => T | Promise<T>): Promise<T> {
+export async function locally<T>(
+  action: 'read' | 'write' | 'remove',
+  file: string,
+  call: () => T | Promise<T>,
+): Promise<T> {
   try {
     return await call();
   } catch (err) {

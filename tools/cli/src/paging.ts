@@ -20,3 +20,8 @@ export async function everyPage<T>(
   } while (cursor && items.length < limit);
   return items.slice(0, limit);
 }
+
+/** How many items one request of a paged list asks for: `--page-size`, or fewer when `--limit` wants fewer. */
+export function pageRequest(opts: { limit?: number; pageSize: number }): number {
+  return Math.min(opts.limit ?? opts.pageSize, opts.pageSize);
+}

@@ -26,7 +26,8 @@ import type { Progress } from './progress.ts';
 export const RESUMABLE_FROM = 64 * 1024 * 1024;
 /** Bytes per part (the service's least is 5 MiB; a file of more than 10,000 parts gets larger ones). */
 const PART_SIZE = 16 * 1024 * 1024;
-const MAX_PARTS = 10_000;
+/** The store's most parts of one upload. */
+export const MAX_PARTS = 10_000;
 const ATTEMPTS = 3;
 /** Parts sent at once. */
 const PARTS_AT_ONCE = 4;
@@ -39,26 +40,33 @@ interface Pending {
   part_size: number;
 }
 
-type PendingFile = Record<string, Pending>;
-
 const pendingKey = (file: string, ref: ObjectRef) => JSON.stringify([path.resolve(file), ref.bucket ?? '', ref.key]);
 
-function remember(ctx: Context, key: string, pending: Pending | undefined) {
-  const all = readConfigFile<PendingFile>(ctx.env, 'uploads.json') as PendingFile;
+/**
+ * Keeps (or, undefined, forgets) the upload under way of `key` in `uploads.json`: a file's (here), or a copy's
+ * (storage-part-copy.ts).
+ */
+export function remember(ctx: Context, key: string, pending: object | undefined) {
+  const all = readConfigFile<Record<string, object>>(ctx.env, 'uploads.json');
   if (pending) all[key] = pending;
   else delete all[key];
   writeConfigFile(ctx.env, 'uploads.json', all);
 }
 
+/** The upload under way of `key` kept in `uploads.json`, if any. */
+export function remembered<T>(ctx: Context, key: string): T | undefined {
+  return readConfigFile<Record<string, T>>(ctx.env, 'uploads.json')[key];
+}
+
 /** Whether a failure may pass if the part is sent again (not a refusal by the service). */
-function mayPass(err: unknown): boolean {
+export function mayPass(err: unknown): boolean {
   return !(err instanceof ApiError) || err.status >= 500 || err.status === 408;
 }
 
 /** The upload to go on with: the one kept for this file and target if it is still there and the file unchanged. */
 async function resumeOrStart(ctx: Context, file: string, ref: ObjectRef, key: string) {
   const { size, mtimeMs } = statSync(file);
-  const kept = readConfigFile<PendingFile>(ctx.env, 'uploads.json')[key];
+  const kept = remembered<Pending>(ctx, key);
   if (kept) {
     if (kept.size === size && kept.mtime_ms === mtimeMs) {
       try {
@@ -106,20 +114,9 @@ export async function resumableUpload(
     progress.say(`resuming upload ${upload.upload_id}: ${stored.size} of ${count} parts already stored\n`);
     progress.add([...stored.keys()].reduce((sum, n) => sum + lengthOf(n), 0));
   }
-  const missing = Array.from({ length: count }, (_, i) => i + 1).filter((n) => !stored.has(n));
-  // The first failure stops the parts under way and those not begun.
-  const stop = new AbortController();
-  let failure: unknown;
-  await forEachLimited(missing, PARTS_AT_ONCE, async (n) => {
-    if (stop.signal.aborted) return;
-    const start = (n - 1) * partSize;
-    try {
-      stored.set(n, await sendPart(ctx, pending.upload_id, file, n, start, lengthOf(n), progress, stop.signal));
-    } catch (err) {
-      failure ??= err;
-      stop.abort();
-    }
-  });
+  const failure = await makeParts(count, stored, PARTS_AT_ONCE, (n, signal) =>
+    sendPart(ctx, pending.upload_id, file, n, (n - 1) * partSize, lengthOf(n), progress, signal),
+  );
   if (failure !== undefined) {
     if (resumable) {
       progress.say(
@@ -144,6 +141,31 @@ export async function resumableUpload(
   return info;
 }
 
+/**
+ * Makes each of parts 1 to `count` not in `stored` (`make` answers its ETag, kept in `stored`), `atOnce` at a time;
+ * the first failure stops the parts under way (their signal) and those not begun. Answers that failure, if any.
+ */
+export async function makeParts(
+  count: number,
+  stored: Map<number, string>,
+  atOnce: number,
+  make: (partNumber: number, signal: AbortSignal) => Promise<string>,
+): Promise<unknown> {
+  const missing = Array.from({ length: count }, (_, i) => i + 1).filter((n) => !stored.has(n));
+  const stop = new AbortController();
+  let failure: unknown;
+  await forEachLimited(missing, atOnce, async (n) => {
+    if (stop.signal.aborted) return;
+    try {
+      stored.set(n, await make(n, stop.signal));
+    } catch (err) {
+      failure ??= err;
+      stop.abort();
+    }
+  });
+  return failure;
+}
+
 /** Whether a stored part holds the file's bytes, when its ETag is their MD5 (true when it cannot tell). */
 async function sameBytes(file: string, start: number, length: number, etag: string): Promise<boolean> {
   const md5 = /^"?([0-9a-f]{32})"?$/.exec(etag)?.[1];
@@ -163,7 +185,7 @@ async function sendPart(
   progress: Progress,
   signal: AbortSignal,
 ): Promise<string> {
-  for (let attempt = 1; ; attempt++) {
+  return retried(signal, mayPass, async () => {
     const counted = progress.counter();
     // A file that cannot be read ends the part with its error (pipeline destroys what follows it).
     pipeline(createReadStream(file, { start, end: start + length - 1 }), counted).catch(() => {});
@@ -172,8 +194,26 @@ async function sendPart(
       return part.etag;
     } catch (err) {
       progress.add(-counted.bytes);
-      if (attempt >= ATTEMPTS || !mayPass(err) || signal.aborted) throw err;
-      await sleep(1000 * attempt);
+      throw err;
+    }
+  });
+}
+
+/**
+ * One part's request, made again up to `ATTEMPTS` times in all while its failure `passes` (and nothing stopped the
+ * parts), after a pause of a second more each time.
+ */
+export async function retried<T>(
+  signal: AbortSignal,
+  passes: (err: unknown) => boolean,
+  attempt: () => Promise<T>,
+): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (n >= ATTEMPTS || !passes(err) || signal.aborted) throw err;
+      await sleep(1000 * n);
     }
   }
 }

@@ -91,6 +91,7 @@ async function downloadOne(ctx: Context, key: string, to: string, opts: CopyOpti
     progress.stop();
   }
   process.stderr.write(`${shown(key)} -> ${file} (${version.size} bytes)\n`);
+  await opts.removeSource?.({ key, etag: version.etag });
   return { key, file, size: version.size };
 }
 
@@ -111,6 +112,27 @@ async function toStandardOutput(ctx: Context, key: string, opts: CopyOptions) {
 }
 
 /**
+ * Objects that would be written to one file (keys `a//b` and `a/b`; `A.pt` and `a.pt` where the file system ignores
+ * case): the last written would be the one left. `cp` says so; `mv` refuses before anything moves, as it would delete
+ * every one of them.
+ */
+export function sameFiles(files: { object: ObjectInfo; file: string }[], opts: CopyOptions) {
+  const caseless = process.platform === 'darwin' || process.platform === 'win32';
+  const byFile = new Map<string, string[]>();
+  for (const { object, file } of files) {
+    const name = caseless ? file.normalize('NFC').toLowerCase() : file;
+    const keys = byFile.get(name);
+    if (keys) keys.push(object.key);
+    else byFile.set(name, [object.key]);
+  }
+  const clashes = [...byFile.entries()].filter(([, keys]) => keys.length > 1);
+  if (clashes.length === 0) return;
+  const said = clashes.map(([file, keys]) => `${keys.map(shown).join(' and ')} -> ${file}`).join('; ');
+  if (opts.removeSource) throw new UsageError(`objects would be written to the same file (${said}): nothing moved`);
+  process.stderr.write(`gpu: objects written to the same file, the last one kept: ${said}\n`);
+}
+
+/**
  * A remote folder's objects under a local folder, as `aws s3 cp --recursive` writes them: `to` is the copy (made when
  * not there; each object at its key past the prefix), so a copy run again after an interruption writes the same files.
  */
@@ -123,20 +145,25 @@ async function downloadFolder(
 ): Promise<Downloaded[]> {
   const files: { object: ObjectInfo; file: string }[] = [];
   const folders = new Set<string>([root]);
+  /** Folder markers (keys ending in `/`, as some tools store): each a folder, moved once it is made. */
+  const markers: ObjectInfo[] = [];
   for (const object of objects) {
     const relative = object.key.slice(prefix.length);
-    // The prefix's own folder marker: the folder itself.
-    if (relative === '' || !isCopied(opts.filters ?? [], relative)) continue;
-    const file = fileUnder(root, relative);
+    if (!isCopied(opts.filters ?? [], relative)) continue;
+    // The prefix's own marker: the folder itself.
+    const file = relative === '' ? root : fileUnder(root, relative);
     if (file === undefined) throw new Error(`${shown(object.key)} cannot be written under ${root}: its key leaves it`);
-    // A key ending in `/` (a folder marker, as some tools store) is a folder.
-    if (relative.endsWith('/')) folders.add(file);
-    else {
+    if (relative === '' || relative.endsWith('/')) {
+      folders.add(file);
+      markers.push(object);
+    } else {
       folders.add(path.dirname(file));
       files.push({ object, file });
     }
   }
+  sameFiles(files, opts);
   for (const folder of folders) await locally('write', folder, () => mkdir(folder, { recursive: true }));
+  for (const marker of markers) await opts.removeSource?.({ key: marker.key, etag: marker.etag });
   const total = files.reduce((sum, f) => sum + f.object.size, 0);
   const progress = transferProgress(`${shown(prefix)} -> ${root} (${files.length} files)`, total, { json: ctx.json });
   const copies = files.map((f) => ({ ...f, from: shown(f.object.key), to: f.file }));
@@ -144,6 +171,7 @@ async function downloadFolder(
     const { object, file } = f;
     const version = { size: object.size, etag: object.etag, lastModified: object.last_modified };
     await downloadFile(ctx, refOf(object.key, opts.bucket), file, progress, version);
+    await opts.removeSource?.({ key: object.key, etag: object.etag });
     return { key: object.key, file, size: object.size };
   });
   process.stderr.write(`${shown(prefix)} -> ${root} (${files.length} files, ${total} bytes)\n`);

@@ -1,20 +1,19 @@
 /**
  * `gpu storage cp gpu:<key> gpu:<key>` and `cp -r gpu:<prefix>/ gpu:<prefix>/`: objects copied to other keys of yours
- * (or of `--bucket`) through this machine, the storage service having no copy of its own: each read and written as
- * one stream of its length (the service takes a body of known length up to its `max_upload_size` in one request),
- * nothing kept here, so a copy cut off is copied again from its start. A remote folder's objects each go under the
- * destination (the destination is the copy, as `aws s3 cp --recursive` has it), 4 at a time (folder-copy.ts).
+ * (or of `--bucket`) by the object store itself (storage's `POST /objects/copy`, as `aws s3 cp` has S3 copy between
+ * two S3 paths): no byte passes through this machine, whatever the object's size. An object larger than one part
+ * (`GPU_COPY_PART_SIZE`, 512 MiB) is copied part by part, resumably (storage-part-copy.ts): 4 parts at a time, one at a
+ * time in a folder's copy. A remote folder's objects each go under the destination (the destination is the copy, as
+ * `aws s3 cp --recursive` has it), 4 at a time (folder-copy.ts).
  */
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { ApiError, type ObjectInfo, type ObjectRef } from '@gpu/client';
 import { type Context, UsageError } from './cli.ts';
 import { isCopied } from './copy-filters.ts';
+import type { ObjectVersion } from './download.ts';
 import { copyEach } from './folder-copy.ts';
-import { isUnreachable } from './local-errors.ts';
 import { type Progress, transferProgress } from './progress.ts';
 import { objectsUnder, objectVersion } from './storage-download.ts';
+import { copyInParts, copyPartSize } from './storage-part-copy.ts';
 import { asPrefix, copyKey, isPrefix, nothingUnder, objectNotFound, refOf, shown } from './storage-paths.ts';
 import type { CopyOptions } from './storage-upload.ts';
 
@@ -22,8 +21,11 @@ import type { CopyOptions } from './storage-upload.ts';
 export async function copyWithin(ctx: Context, from: string, to: string, opts: CopyOptions): Promise<ObjectInfo[]> {
   if (opts.recursive) {
     const prefix = asPrefix(from);
-    const objects = (await objectsUnder(ctx, prefix, opts.bucket)).filter((o) => !o.key.endsWith('/'));
-    if (objects.length > 0) {
+    // Folder markers (keys ending in `/`, as some tools store) too: copied, and moved, as objects are. A folder of
+    // markers alone is one only when named as a folder (`gpu:runs/`): `-r gpu:runs` of an object `runs` beside an
+    // empty folder `runs/` copies the object.
+    const objects = await objectsUnder(ctx, prefix, opts.bucket);
+    if (objects.some((o) => !o.key.endsWith('/')) || (objects.length > 0 && isPrefix(from))) {
       const copied = objects.filter((o) => isCopied(opts.filters ?? [], o.key.slice(prefix.length)));
       return copyFolder(ctx, prefix, copied, asPrefix(to), opts);
     }
@@ -34,11 +36,12 @@ export async function copyWithin(ctx: Context, from: string, to: string, opts: C
   }
   const key = copyKey(from, to);
   if (key === from) throw new UsageError(`${shown(from)} would be copied onto itself`);
-  const progress = transferProgress(`${shown(from)} -> ${shown(key)}`, (await objectVersion(ctx, from, opts)).size, {
-    json: ctx.json,
-  });
+  const version = await objectVersion(ctx, from, opts);
+  const progress = transferProgress(`${shown(from)} -> ${shown(key)}`, version.size, { json: ctx.json });
   try {
-    return [await copyObject(ctx, refOf(from, opts.bucket), refOf(key, opts.bucket), progress)];
+    const copied = await copyObject(ctx, refOf(from, opts.bucket), refOf(key, opts.bucket), progress, version, 4);
+    await opts.removeSource?.({ key: from, etag: version.etag });
+    return [copied];
   } finally {
     progress.stop();
   }
@@ -57,54 +60,48 @@ async function copyFolder(
     throw new UsageError(`${shown(prefix)} and ${shown(into)} overlap: copy a folder to one outside it`);
   }
   const total = objects.reduce((sum, o) => sum + o.size, 0);
-  const progress = transferProgress(`${shown(prefix)} -> ${shown(into)} (${objects.length} files)`, total, {
+  const files = objects.filter((o) => !o.key.endsWith('/')).length;
+  const progress = transferProgress(`${shown(prefix)} -> ${shown(into)} (${files} files)`, total, {
     json: ctx.json,
   });
   const copies = objects.map((o) => ({
     key: o.key,
+    etag: o.etag,
+    version: { size: o.size, etag: o.etag, lastModified: o.last_modified, contentType: o.content_type },
     from: shown(o.key),
     to: shown(`${into}${o.key.slice(prefix.length)}`),
   }));
-  return copyEach(ctx, copies, progress, { what: shown(prefix), done: 'stored' }, (c) =>
-    copyObject(ctx, refOf(c.key, opts.bucket), refOf(`${into}${c.key.slice(prefix.length)}`, opts.bucket), progress),
-  );
+  return copyEach(ctx, copies, progress, { what: shown(prefix), done: 'stored' }, async (c) => {
+    const to = refOf(`${into}${c.key.slice(prefix.length)}`, opts.bucket);
+    const copied = await copyObject(ctx, refOf(c.key, opts.bucket), to, progress, c.version, 1);
+    await opts.removeSource?.({ key: c.key, etag: c.etag });
+    return copied;
+  });
 }
 
-/** One object to another key, as one stream. */
-async function copyObject(ctx: Context, from: ObjectRef, to: ObjectRef, progress: Progress): Promise<ObjectInfo> {
-  // The source's download ends with the copy, however it ends (a refused upload must not leave it open).
-  const source = new AbortController();
-  const got = await ctx.objects.download(from, { signal: source.signal }).catch((err: unknown) => {
-    throw err instanceof ApiError && err.status === 404 ? objectNotFound(from) : err;
-  });
-  const counted = progress.counter();
-  // A download that breaks off ends the upload with its error (pipeline destroys what follows it).
-  let broke: Error | undefined;
-  pipeline(Readable.fromWeb(got.body as WebReadableStream), counted).catch((err: Error) => {
-    broke = err;
-  });
-  const length = got.contentLength;
-  try {
-    // Of a known length (the service answers with it), else sent chunked; the source's content type kept.
-    return await ctx.objects.upload(to, counted, {
-      ...(length === null ? {} : { contentLength: length }),
-      ...(got.contentType ? { contentType: got.contentType } : {}),
-    });
-  } catch (err) {
-    // A refusal is the service's, and a platform out of reach said as such; a stream cut either way is said as one.
-    if (err instanceof ApiError || isUnreachable(err)) throw err;
-    const why = broke ?? ((err as Error).cause as Error | undefined) ?? (err as Error);
-    // Cut before all of it was sent, the service stored nothing; after, only its answer may have been lost.
-    const stored =
-      length !== null && counted.bytes < length
-        ? 'nothing stored there'
-        : `it may have been stored: gpu storage ls ${shown(to.key)} shows`;
-    throw new Error(
-      `the copy of ${shown(from.key)} to ${shown(to.key)} broke off at ${counted.bytes} of ${length ?? '?'} bytes ` +
-        `(${why.message}): ${stored}; run the same command again`,
-    );
-  } finally {
-    source.abort();
-    counted.destroy();
+/**
+ * One object to another key, copied by the store: in one request, the bar moving by its size once it is there, or
+ * (larger than a part) part by part, `partsAtOnce` at a time.
+ */
+async function copyObject(
+  ctx: Context,
+  from: ObjectRef,
+  to: ObjectRef,
+  progress: Progress,
+  version: ObjectVersion,
+  partsAtOnce: number,
+): Promise<ObjectInfo> {
+  // The source's absence is said as `cp` says it; a missing bucket or a refusal as the service does.
+  const said = (err: unknown): never => {
+    throw err instanceof ApiError && err.status === 404 && err.code === 'OBJECT_NOT_FOUND' ? objectNotFound(from) : err;
+  };
+  if (version.etag && version.size > copyPartSize(ctx.env)) {
+    const parts = copyInParts(ctx, from, { ...version, etag: version.etag }, to, progress, partsAtOnce);
+    const parted = await parts.catch(said);
+    // Larger than an upload may be: in one request, as before parts.
+    if (parted) return parted;
   }
+  const copied = await ctx.objects.copy(from, to).catch(said);
+  progress.add(copied.size);
+  return copied;
 }

@@ -23,7 +23,18 @@ export interface CopyOptions {
   recursive: boolean;
   /** `--exclude`/`--include`, in order (copy-filters.ts); none: every file. */
   filters?: readonly CopyFilter[];
+  /**
+   * `mv`: removes each source once it is copied, when it is still the version copied; never throws (a source it could
+   * not remove is said, and counted by the command).
+   */
+  removeSource?: (source: CopySource) => Promise<void>;
 }
+
+/**
+ * What one file of a copy came from, as it was when copied: a local file (its size and modification time), or an
+ * object (its key, as the command names keys, and its ETag).
+ */
+export type CopySource = { local: string; size: number; mtimeMs: number } | { key: string; etag: string | null };
 
 /**
  * Copies a local file or folder (`-`: standard input) to `key` (a remote folder when it ends in `/`): the objects
@@ -36,10 +47,14 @@ export async function copyUp(ctx: Context, from: string, key: string, opts: Copy
     if (!opts.recursive) throw new UsageError(`${from} is a directory: copy a folder with -r`);
     return uploadFolder(ctx, from, key, opts);
   }
+  // A device, a pipe: what mv would remove is not what was stored.
+  if (opts.removeSource && !found.isFile()) throw new UsageError(`${from} is not a file: mv moves files`);
   const ref = refOf(uploadKey(from, key), opts.bucket);
   const progress = transferProgress(`${from} -> ${shown(ref.key)}`, found.size, { json: ctx.json });
   try {
-    return [await uploadFile(ctx, from, found.size, ref, progress)];
+    const stored = await uploadFile(ctx, from, found.size, ref, progress);
+    await opts.removeSource?.({ local: from, size: found.size, mtimeMs: found.mtimeMs });
+    return [stored];
   } finally {
     progress.stop();
   }
@@ -115,6 +130,7 @@ interface LocalFile {
   /** Its path in the folder, with `/` between segments. */
   relative: string;
   size: number;
+  mtimeMs: number;
 }
 
 /** The files of a folder, at any depth (a link to a file counts as the file; other entries are passed over). */
@@ -129,7 +145,12 @@ async function filesOf(folder: string): Promise<LocalFile[]> {
       process.stderr.write(`gpu: passing over ${file}: not a file\n`);
       continue;
     }
-    files.push({ file, relative: path.relative(folder, file).split(path.sep).join('/'), size: found.size });
+    files.push({
+      file,
+      relative: path.relative(folder, file).split(path.sep).join('/'),
+      size: found.size,
+      mtimeMs: found.mtimeMs,
+    });
   }
   return files.sort((a, b) => (a.relative < b.relative ? -1 : 1));
 }
@@ -153,7 +174,9 @@ async function uploadFolder(ctx: Context, folder: string, key: string, opts: Cop
     json: ctx.json,
   });
   const copies = files.map((f) => ({ ...f, from: f.file, to: shown(`${prefix}${f.relative}`) }));
-  return copyEach(ctx, copies, progress, { what: folder, done: 'stored' }, (f) =>
-    uploadFile(ctx, f.file, f.size, refOf(`${prefix}${f.relative}`, opts.bucket), progress),
-  );
+  return copyEach(ctx, copies, progress, { what: folder, done: 'stored' }, async (f) => {
+    const stored = await uploadFile(ctx, f.file, f.size, refOf(`${prefix}${f.relative}`, opts.bucket), progress);
+    await opts.removeSource?.({ local: f.file, size: f.size, mtimeMs: f.mtimeMs });
+    return stored;
+  });
 }

@@ -1,8 +1,9 @@
 /**
- * `storage ls|cp|presign|rm|usage`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
+ * `storage ls|cp|mv|presign|rm|usage`: your objects, keys of your folder in the platform bucket (or of a bucket of yours), named as
  * `cp`, `scp` and `aws s3 cp` name theirs (storage-paths.ts), streamed both ways and never held whole; a large
  * transfer shows its progress on a terminal; `usage` is what storing them cost (billing's storage charges).
  */
+import { rm, stat } from 'node:fs/promises';
 import { ApiError, type ObjectInfo } from '@gpu/client';
 import { forEachLimited } from '@gpu/common/concurrency';
 import { type Command, InvalidArgumentError } from 'commander';
@@ -11,11 +12,12 @@ import { type CopyFilter, copyFilter } from '../copy-filters.ts';
 import { headOf } from '../download.ts';
 import { CopyIncomplete } from '../folder-copy.ts';
 import { bytes, time, tokens, tokensIfAny } from '../format.ts';
-import { everyPage } from '../paging.ts';
+import { localError, locally } from '../local-errors.ts';
+import { everyPage, pageRequest } from '../paging.ts';
 import { copyDown } from '../storage-download.ts';
 import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
 import { copyWithin } from '../storage-remote-copy.ts';
-import { copyUp } from '../storage-upload.ts';
+import { type CopySource, copyUp } from '../storage-upload.ts';
 
 /** Deletions sent at once by `rm -r`. */
 const DELETES_AT_ONCE = 8;
@@ -67,89 +69,8 @@ export function storageCommands(program: Command) {
         );
       }),
     );
-  // --exclude and --include in the order given (each option keeps its own values; the order is what decides).
-  const filters: CopyFilter[] = [];
-  const addFilter = (include: boolean, pattern: string) => {
-    filters.push(copyFilter(include, pattern));
-    return filters;
-  };
-  storage
-    .command('cp <from> <to>')
-    .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, down from them, or between them')
-    .description(
-      'copy a file or (with -r) a folder up, down or within your objects, as cp, scp and aws s3 cp do: one side ' +
-        'or both a gpu: path, the other a local one (-: standard input up, standard output down); gpu: to gpu: ' +
-        'streams each object through this machine, nothing kept here. A file copied to a destination ending in / ' +
-        "(gpu:<prefix>/, or a local directory) takes the file's name; -r copies what is under a local folder or a " +
-        'remote prefix, the destination being the copy (as aws s3 cp --recursive), 4 files at once. A transfer of 1 ' +
-        'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
-        'more goes up in parts, 4 at once, resumably: run the same command again after an interruption and only the ' +
-        'parts that did not arrive are sent (not standard input, which cannot be read again). A download is written ' +
-        'to a temporary file beside its target (.<name>.<tag>.gpu-download), renamed when whole: run again, it asks ' +
-        'only for the bytes still missing',
-    )
-    .addHelpText(
-      'after',
-      [
-        '',
-        'Examples:',
-        '  gpu storage cp data.csv gpu:datasets/           stored as datasets/data.csv',
-        '  gpu storage cp gpu:datasets/data.csv .          written to ./data.csv',
-        '  gpu storage cp gpu:logs/out.txt -               to standard output',
-        '  tar c runs | gpu storage cp - gpu:runs.tar      from standard input (named: it has no name of its own)',
-        '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
-        '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
-        '  gpu storage cp -r gpu:runs/ckpt/ gpu:keep/ckpt  keep/ckpt/<its objects>',
-        "  gpu storage cp -r runs gpu:runs/ --exclude '*' --include '*.pt'   the .pt files alone, at any depth",
-      ].join('\n'),
-    )
-    .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
-    .option(
-      '--exclude <pattern>',
-      'with -r: leave out the files whose path in the folder matches (a shell pattern: * matches / too), repeatable',
-      (pattern: string) => addFilter(false, pattern),
-    )
-    .option(
-      '--include <pattern>',
-      'with -r: copy those that match after all; the filters apply in order, the last that matches deciding',
-      (pattern: string) => addFilter(true, pattern),
-    )
-    .option('--bucket <name>', 'a bucket of yours instead of your folder')
-    .action(
-      action(async (from: string, to: string, opts: { bucket?: string; recursive?: boolean }) => {
-        if (filters.length > 0 && !opts.recursive) {
-          throw new UsageError('--exclude and --include choose files of a folder: give them with -r');
-        }
-        const ctx = context(program);
-        const up = remoteKey(to);
-        const down = remoteKey(from);
-        if (up === undefined && down === undefined) {
-          throw new UsageError('name a remote side (gpu:<key>): cp copies up, down, or within your objects');
-        }
-        const copy = { ...(opts.bucket ? { bucket: opts.bucket } : {}), recursive: opts.recursive === true, filters };
-        // What was copied, printed the same whether every file was or some failed (said on standard error).
-        const report = (copied: unknown[]) => {
-          if (up === undefined) {
-            if (ctx.json && to !== '-') printJson(copy.recursive ? copied : copied[0]);
-            return;
-          }
-          const stored = copied as ObjectInfo[];
-          show(
-            ctx.json,
-            copy.recursive ? stored : stored[0],
-            ['key', 'size', 'etag'],
-            stored.map((info) => [info.key, info.size, info.etag]),
-          );
-        };
-        try {
-          if (up === undefined) report(await copyDown(ctx, down!, to, copy));
-          else report(down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy));
-        } catch (err) {
-          if (err instanceof CopyIncomplete && (ctx.json || err.copied.length > 0)) report(err.copied);
-          throw err;
-        }
-      }),
-    );
+  copyCommand(program, storage, 'cp');
+  copyCommand(program, storage, 'mv');
   storage
     .command('presign <path>')
     .description(
@@ -220,7 +141,7 @@ export function storageCommands(program: Command) {
           ctx.billing.GET('/api/v1/billing/storage-usage', {
             params: {
               query: {
-                limit: Math.min(opts.limit ?? opts.pageSize, opts.pageSize),
+                limit: pageRequest(opts),
                 ...(cursor ? { cursor } : {}),
                 ...(opts.from ? { from: opts.from } : {}),
                 ...(opts.to ? { to: opts.to } : {}),
@@ -299,4 +220,160 @@ async function removeAll(ctx: Context, key: string, bucket?: string): Promise<st
     throw failure;
   }
   return deleted.sort();
+}
+
+/**
+ * `mv`'s removal of a source once it is copied: a local file, or an object of the copy's bucket, only when it is still
+ * the version copied (a file written to since, an object replaced since, is kept: its new bytes were not copied); one
+ * gone already is moved. A source not removed is said on standard error (its copy stands) and counted in `kept`.
+ */
+function removing(ctx: Context, bucket: string | undefined, kept: { count: number }) {
+  return async (source: CopySource) => {
+    const name = 'local' in source ? source.local : shown(source.key);
+    try {
+      if ('local' in source) {
+        const now = await stat(source.local).catch((err: unknown) => {
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+          throw localError(err, 'read', source.local);
+        });
+        // Gone already: moved all the same, as an object deleted meanwhile is.
+        if (now === undefined) return;
+        if (now.size !== source.size || now.mtimeMs !== source.mtimeMs)
+          throw new Error('it changed since it was copied');
+        await locally('remove', source.local, () => rm(source.local));
+        return;
+      }
+      // Deleted only while it is the object copied (If-Match: one request, the store's check where it has one).
+      if (source.etag === null) throw new Error('the store named no version (ETag) of it to delete');
+      await ctx.objects.remove(refOf(source.key, bucket), { ifMatch: source.etag }).catch((err: unknown) => {
+        if (err instanceof ApiError && err.status === 412) throw new Error('it was replaced since it was copied');
+        // Gone already: moved all the same.
+        if (!(err instanceof ApiError && err.status === 404)) throw err;
+      });
+    } catch (err) {
+      kept.count++;
+      const why = err instanceof ApiError ? (err.problem.detail ?? err.message) : (err as Error).message;
+      process.stderr.write(`gpu: ${name} copied, not deleted: ${why}\n`);
+    }
+  };
+}
+
+const MV_EXAMPLES = [
+  '',
+  'Examples:',
+  '  gpu storage mv model.pt gpu:models/             stored as models/model.pt, then ./model.pt deleted',
+  '  gpu storage mv -r gpu:runs/ckpt/ gpu:keep/ckpt  keep/ckpt/<its objects>, each copied by the store, then deleted',
+  '  gpu storage mv -r gpu:outputs/ ./outputs        written to ./outputs/<its files>, each object then deleted',
+];
+
+/** `storage cp` and `storage mv` (a copy that deletes each source once copied). */
+function copyCommand(program: Command, storage: Command, verb: 'cp' | 'mv') {
+  // --exclude and --include in the order given (each option keeps its own values; the order is what decides).
+  const filters: CopyFilter[] = [];
+  const addFilter = (include: boolean, pattern: string) => {
+    filters.push(copyFilter(include, pattern));
+    return filters;
+  };
+  const command =
+    verb === 'cp'
+      ? storage
+          .command('cp <from> <to>')
+          .summary('copy files and folders (-r) up to gpu:<key> or gpu:<prefix>/, down from them, or between them')
+      : storage
+          .command('mv <from> <to>')
+          .summary('move files and folders (-r): cp, then each source deleted once it is copied (as aws s3 mv)');
+  command
+    .description(
+      (verb === 'mv'
+        ? 'move: copy as cp does (below), then delete each source file or object as soon as it is copied, as aws ' +
+          's3 mv does (not - either way); a file that fails to copy is kept where it was. '
+        : '') +
+        'copy a file or (with -r) a folder up, down or within your objects, as cp, scp and aws s3 cp do: one side ' +
+        'or both a gpu: path, the other a local one (-: standard input up, standard output down); gpu: to gpu: ' +
+        'is copied by the object store itself, no byte through this machine. A file copied to a destination ' +
+        "ending in / (gpu:<prefix>/, or a local directory) takes the file's name; -r copies what is under a local folder or a " +
+        'remote prefix, the destination being the copy (as aws s3 cp --recursive), 4 files at once. A transfer of 1 ' +
+        'MiB or more shows a progress bar when standard error is a terminal (not with --json). A file of 64 MiB or ' +
+        'more goes up in parts, 4 at once, resumably: run the same command again after an interruption and only the ' +
+        'parts that did not arrive are sent (not standard input, which cannot be read again). A download is written ' +
+        'to a temporary file beside its target (.<name>.<tag>.gpu-download), renamed when whole: run again, it asks ' +
+        'only for the bytes still missing',
+    )
+    .addHelpText(
+      'after',
+      (verb === 'mv'
+        ? MV_EXAMPLES
+        : [
+            '',
+            'Examples:',
+            '  gpu storage cp data.csv gpu:datasets/           stored as datasets/data.csv',
+            '  gpu storage cp gpu:datasets/data.csv .          written to ./data.csv',
+            '  gpu storage cp gpu:logs/out.txt -               to standard output',
+            '  tar c runs | gpu storage cp - gpu:runs.tar      from standard input (named: it has no name of its own)',
+            '  gpu storage cp -r checkpoints gpu:runs/ckpt/    runs/ckpt/<its files> (the destination is the copy)',
+            '  gpu storage cp -r gpu:runs/ckpt/ ./ckpt         ./ckpt/<its files> (run again: the same files)',
+            '  gpu storage cp -r gpu:runs/ckpt/ gpu:keep/ckpt  keep/ckpt/<its objects>',
+            "  gpu storage cp -r runs gpu:runs/ --exclude '*' --include '*.pt'   the .pt files alone, at any depth",
+          ]
+      ).join('\n'),
+    )
+    .option('-r, --recursive', 'copy folders: everything under a local folder or a remote prefix')
+    .option(
+      '--exclude <pattern>',
+      'with -r: leave out the files whose path in the folder matches (a shell pattern: * matches / too), repeatable',
+      (pattern: string) => addFilter(false, pattern),
+    )
+    .option(
+      '--include <pattern>',
+      'with -r: copy those that match after all; the filters apply in order, the last that matches deciding',
+      (pattern: string) => addFilter(true, pattern),
+    )
+    .option('--bucket <name>', 'a bucket of yours instead of your folder')
+    .action(
+      action(async (from: string, to: string, opts: { bucket?: string; recursive?: boolean }) => {
+        if (filters.length > 0 && !opts.recursive) {
+          throw new UsageError('--exclude and --include choose files of a folder: give them with -r');
+        }
+        const ctx = context(program);
+        const up = remoteKey(to);
+        const down = remoteKey(from);
+        if (up === undefined && down === undefined) {
+          throw new UsageError(`name a remote side (gpu:<key>): ${verb} copies up, down, or within your objects`);
+        }
+        const kept = { count: 0 };
+        if (verb === 'mv' && (from === '-' || to === '-')) {
+          throw new UsageError('mv moves files and objects: - (standard input or output) is for cp');
+        }
+        const copy = {
+          ...(opts.bucket ? { bucket: opts.bucket } : {}),
+          recursive: opts.recursive === true,
+          filters,
+          ...(verb === 'mv' ? { removeSource: removing(ctx, opts.bucket, kept) } : {}),
+        };
+        // What was copied, printed the same whether every file was or some failed (said on standard error).
+        const report = (copied: unknown[]) => {
+          if (up === undefined) {
+            if (ctx.json && to !== '-') printJson(copy.recursive ? copied : copied[0]);
+            return;
+          }
+          const stored = copied as ObjectInfo[];
+          show(
+            ctx.json,
+            copy.recursive ? stored : stored[0],
+            ['key', 'size', 'etag'],
+            stored.map((info) => [info.key, info.size, info.etag]),
+          );
+        };
+        try {
+          if (up === undefined) report(await copyDown(ctx, down!, to, copy));
+          else report(down !== undefined ? await copyWithin(ctx, down, up, copy) : await copyUp(ctx, from, up, copy));
+        } catch (err) {
+          if (err instanceof CopyIncomplete && (ctx.json || err.copied.length > 0)) report(err.copied);
+          throw err;
+        }
+        if (kept.count > 0) {
+          throw new Error(`${kept.count} copied, not deleted (said above): their copies stand, the sources are kept`);
+        }
+      }),
+    );
 }

@@ -12,7 +12,7 @@ import { amount, type Context, context, count, idempotencyKey, oneOf, show, show
 import { updateConfig } from '../config.ts';
 import { feeShare } from '../format.ts';
 import { claimTransfer, depositFrom, loadKeypair, provenWith } from '../keypair-wallet.ts';
-import { everyPage } from '../paging.ts';
+import { everyPage, pageRequest } from '../paging.ts';
 import { chainRpcUrl } from '../platform-url.ts';
 import { chooseWallet, defaultWhenNone, heldWallets, ownWalletAt } from '../wallet-choice.ts';
 
@@ -166,7 +166,7 @@ export function walletCommands(program: Command) {
               params: {
                 path: { walletID: walletId },
                 query: {
-                  limit: Math.min(opts.limit ?? opts.pageSize, opts.pageSize),
+                  limit: pageRequest(opts),
                   ...(cursor ? { cursor } : {}),
                   ...(opts.type ? { type: opts.type as Transaction['type'][] } : {}),
                   ...(opts.status ? { status: opts.status as Transaction['status'][] } : {}),

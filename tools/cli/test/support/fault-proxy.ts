@@ -4,7 +4,7 @@
  * and then cuts the connection. It can also hold the requests of one kind until a number of them wait at once (or a
  * generous deadline passes), and counts how many were under way at most: how a test sees that a copy runs its
  * transfers side by side, and how many. It can refuse requests of one kind itself, as the platform would (a file of a
- * folder copy refused, the others not).
+ * folder copy refused, the others not), and run another client's change just before a request passes.
  *
  *   const proxy = await faultProxy(gatewayUrl);
  *   proxy.limitNext((r) => r.method === 'GET', { bytes: 1024, mode: 'stall' });
@@ -43,15 +43,27 @@ export interface FaultProxy {
    * through; `most()` answers how many matching requests were under way at once; `end()` takes the gate away.
    */
   gate(match: Match, count: number, deadlineMs?: number): { most(): number; end(): void };
-  /** Answers every matching request with `status` and a problem of `code` (never passed on) until `end()`. */
-  refuse(match: Match, status: number, code: string): { end(): void };
+  /**
+   * Runs `first` before the next matching request is passed on (another client's change landing just before it);
+   * what it threw is in `failures`.
+   */
+  beforeNext(match: Match, first: () => Promise<unknown>): void;
+  /** What the changes run by `beforeNext` threw. */
+  failures: unknown[];
+  /**
+   * Answers every matching request with `status` and a problem of `code` (never passed on) until `end()`; with
+   * `after`, each refusal once it has resolved (what else is under way lands first).
+   */
+  refuse(match: Match, status: number, code: string, opts?: { after?: () => Promise<unknown> }): { end(): void };
   close(): Promise<void>;
 }
 
 export async function faultProxy(target: string): Promise<FaultProxy> {
   let limit: { match: Match; bytes: number; mode: 'stall' | 'cut' } | undefined;
   let gate: Gate | undefined;
-  const refusals = new Set<{ match: Match; status: number; code: string }>();
+  let before: { match: Match; first: () => Promise<unknown> } | undefined;
+  const failures: unknown[] = [];
+  const refusals = new Set<{ match: Match; status: number; code: string; after?: () => Promise<unknown> }>();
   const seen: Seen[] = [];
 
   const server = createServer((req, res) => {
@@ -61,7 +73,8 @@ export async function faultProxy(target: string): Promise<FaultProxy> {
     if (refusal) {
       // The request's body read and dropped, as a server that refuses it after reading would.
       req.resume();
-      req.once('end', () => {
+      req.once('end', async () => {
+        await refusal.after?.().catch((err: unknown) => failures.push(err));
         res.writeHead(refusal.status, { 'content-type': 'application/problem+json' });
         res.end(JSON.stringify({ status: refusal.status, code: refusal.code, detail: `refused by the test's proxy` }));
       });
@@ -97,6 +110,18 @@ export async function faultProxy(target: string): Promise<FaultProxy> {
       });
       req.pipe(upstream);
     };
+    const preceded = before?.match(entry) ? before : undefined;
+    if (preceded) {
+      before = undefined;
+      // Held (its body too) until the change before it has landed.
+      req.pause();
+      // A change that failed is the test's to see (its own expect); the request goes on all the same.
+      preceded.first().then(forward, (err: unknown) => {
+        failures.push(err);
+        forward();
+      });
+      return;
+    }
     const held = gate?.match(entry) ? gate : undefined;
     if (!held) {
       forward();
@@ -126,6 +151,7 @@ export async function faultProxy(target: string): Promise<FaultProxy> {
   return {
     url: `http://127.0.0.1:${port}`,
     seen,
+    failures,
     limitNext(match, opts) {
       limit = { match, ...opts };
     },
@@ -142,8 +168,11 @@ export async function faultProxy(target: string): Promise<FaultProxy> {
         },
       };
     },
-    refuse(match, status, code) {
-      const refusal = { match, status, code };
+    beforeNext(match, first) {
+      before = { match, first };
+    },
+    refuse(match, status, code, opts = {}) {
+      const refusal = { match, status, code, after: opts.after };
       refusals.add(refusal);
       return { end: () => refusals.delete(refusal) };
     },
