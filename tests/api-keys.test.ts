@@ -4,7 +4,7 @@
  * dies within `api_keys.token_ttl` (and the services' 5 s clock tolerance) at every service. Against the real auth service (EdDSA, JWKS), registry, billing
  * and storage.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKeyToken, registryClient } from '../packages/client/src/index.ts';
 import { registerAndLogin } from '../services/auth/test/helpers.ts';
@@ -120,6 +120,8 @@ const withdraw = (u: User) => ({
   body: { amount: '1', destination: base58Encode(randomBytes(32)) },
 });
 const object = (key: string) => `${storage.url}/objects/${encodeURIComponent(key)}`;
+const copy = () => `${storage.url}/objects/copy`;
+const copied = (from: string, to: string) => ({ source: { key: from }, destination: { key: to } });
 
 describe('API keys at every service', () => {
   it('a read-only key searches offers and reads a balance, but cannot start a session, withdraw or upload', async () => {
@@ -131,6 +133,7 @@ describe('API keys at every service', () => {
       await call(startSession(u).url, headers, { method: 'POST', body: startSession(u).body }),
       await call(withdraw(u).url, headers, { method: 'POST', body: withdraw(u).body }),
       await call(object('notes.txt'), headers, { method: 'PUT', body: 'x' }),
+      await call(copy(), headers, { method: 'POST', body: copied('notes.txt', 'kept.txt') }),
     ]) {
       expect(refused).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
     }
@@ -152,6 +155,30 @@ describe('API keys at every service', () => {
       call(`${storage.url}/presigned-url/data.csv`, headers, { method: 'POST', body: { method } });
     expect((await presign('PUT')).status).toBe(200);
     expect(await presign('GET')).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
+    // A copy reads its source: storage:write alone copies nothing; with storage:read (or read) it copies.
+    const body = copied('data.csv', 'copy.csv');
+    expect(await call(copy(), headers, { method: 'POST', body })).toEqual({ status: 403, code: 'INSUFFICIENT_SCOPE' });
+    for (const scopes of [
+      ['storage:write', 'storage:read'],
+      ['storage:write', 'read'],
+    ] as const) {
+      expect((await call(copy(), (await keyOf(u, [...scopes])).headers, { method: 'POST', body })).status).toBe(201);
+    }
+    // So does a part copied into an upload: the upload is the key's to write, the source needs read too.
+    const started = await fetch(`${storage.url}/uploads`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ key: 'parts.csv' }),
+    });
+    expect(started.status).toBe(201);
+    const part = `${storage.url}/uploads/${((await started.json()) as { upload_id: string }).upload_id}/parts/1/copy`;
+    const from = { source: { key: 'data.csv' }, source_etag: `"${createHash('md5').update('a,b\n').digest('hex')}"` };
+    expect(await call(part, headers, { method: 'POST', body: from })).toEqual({
+      status: 403,
+      code: 'INSUFFICIENT_SCOPE',
+    });
+    const reading = (await keyOf(u, ['storage:write', 'read'])).headers;
+    expect((await call(part, reading, { method: 'POST', body: from })).status).toBe(200);
     // Nor does it price a machine: a quote with a provider's rates needs offers.
     const quote = await call(`${billingUrl}/api/v1/pricing/calculate`, headers, {
       method: 'POST',

@@ -3,6 +3,8 @@
  * hash, exchanged for short-lived tokens of their scopes, never able to make keys or reach another user's.
  */
 import { SCOPES } from '@gpu/common';
+import { lockWaiters } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { bearer, decodeJwt, registerAndLogin, testConfig, useAuth } from './helpers.ts';
 
@@ -164,6 +166,22 @@ describe('API keys', () => {
     expect(over.json().code).toBe('TOO_MANY_API_KEYS');
     await keys('DELETE', token, undefined, `/${first.key.id}`);
     await newKey(token, { name: 'ci' });
+
+    // Made at once, past the limit: counted one at a time, so three of six are refused. (The six are held at the
+    // account, locked here, until each waits: then they go together.)
+    const other = await registerAndLogin(auth.app, { roles: ['provider'] });
+    let burst: ReturnType<typeof keys>[] = [];
+    await auth.db.transaction().execute(async (trx) => {
+      await sql`SELECT 1 FROM users WHERE id = ${other.user.id} FOR UPDATE`.execute(trx);
+      burst = Array.from({ length: 6 }, () =>
+        keys('POST', other.tokens.access_token, { name: name(), scopes: ['read'] }),
+      );
+      await lockWaiters(auth.db, 6);
+    });
+    expect((await Promise.all(burst)).map((r) => r.statusCode).sort()).toEqual([201, 201, 201, 409, 409, 409]);
+    const token2 = other.tokens.access_token;
+    const listed = (await keys('GET', token2)).json();
+    expect(listed).toHaveLength(3);
   });
 
   it('refuses scopes it does not know and expiries in the past (400)', async () => {

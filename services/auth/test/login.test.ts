@@ -1,4 +1,6 @@
+import { lockWaiters } from '@gpu/common/testing';
 import { SignJWT } from 'jose';
+import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import {
   bearer,
@@ -107,6 +109,17 @@ describe('POST /api/v1/auth/login', () => {
         .executeTakeFirstOrThrow();
       expect(row.password_hash).toMatch(/^\$argon2id\$v=19\$m=24576,p=1,t=3\$/);
       expect((await login({ email, password: GOOD_PASSWORD })).statusCode).toBe(200);
+
+      // Two logins at once, each rehashing: the second finds the first's hash (another salt), checks the password
+      // against it again, and signs in too. (Both held at the account until both wait, then let go together.)
+      const other = await registerAndLogin(auth.app);
+      let both: ReturnType<typeof login>[] = [];
+      await auth.db.transaction().execute(async (trx) => {
+        await sql`SELECT 1 FROM users WHERE id = ${other.user.id} FOR UPDATE`.execute(trx);
+        both = [0, 1].map(() => login({ email: other.email, password: GOOD_PASSWORD }, stronger.app));
+        await lockWaiters(auth.db, 2);
+      });
+      expect((await Promise.all(both)).map((r) => r.statusCode)).toEqual([200, 200]);
     } finally {
       await stronger.close();
     }

@@ -61,6 +61,14 @@ export async function findUserById(db: Kysely<AuthDatabase>, id: string): Promis
   return db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
+/**
+ * The user, held shared until the transaction ends: a refresh or login writing a token of theirs. A revocation of
+ * their sign-ins, which takes the user alone (`lockUser`), waits for it, and one under way holds it back.
+ */
+export async function shareUser(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
+  return db.selectFrom('users').selectAll().where('id', '=', id).forShare().executeTakeFirst();
+}
+
 /** The user, locked until the transaction ends (changes to one account's codes and password one at a time). */
 export async function lockUser(db: Kysely<AuthDatabase>, id: string): Promise<UserRow | undefined> {
   return db.selectFrom('users').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();

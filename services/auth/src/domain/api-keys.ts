@@ -24,7 +24,7 @@ import {
   revokeApiKey as revokeRow,
   touchApiKey,
 } from '../db/api-key-repository.ts';
-import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
+import { findUserById, isUniqueViolation, lockUser } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import { epochOf } from './accounts/index.ts';
 import { audit } from './audit.ts';
@@ -55,25 +55,29 @@ export async function createApiKey(
       { path: 'body.expires_at', message: 'must be in the future' },
     ]);
   }
-  if ((await countActiveApiKeys(ctx.db, userId)) >= ctx.config.api_keys.max_per_user) {
-    throw errors.conflict(
-      'TOO_MANY_API_KEYS',
-      `a user holds at most ${ctx.config.api_keys.max_per_user} keys: revoke one`,
-    );
-  }
   const id = randomUUID();
   const secret = `${KEY_PREFIX}${id.replaceAll('-', '')}${randomBytes(32).toString('base64url')}`;
   const epoch = await epochOf(ctx, actor, userId);
   try {
-    const row = await insertApiKey(ctx.db, {
-      id,
-      user_id: userId,
-      name: input.name,
-      prefix: secret.slice(0, KEY_PREFIX.length + 8),
-      secret_hash: hashSecret(secret),
-      scopes: [...new Set(input.scopes)].sort(),
-      expires_at: input.expiresAt ?? null,
-      epoch,
+    // Counted and written with the user locked: keys made at once do not both pass the count.
+    const row = await ctx.db.transaction().execute(async (trx) => {
+      await lockUser(trx, userId);
+      if ((await countActiveApiKeys(trx, userId)) >= ctx.config.api_keys.max_per_user) {
+        throw errors.conflict(
+          'TOO_MANY_API_KEYS',
+          `a user holds at most ${ctx.config.api_keys.max_per_user} keys: revoke one`,
+        );
+      }
+      return insertApiKey(trx, {
+        id,
+        user_id: userId,
+        name: input.name,
+        prefix: secret.slice(0, KEY_PREFIX.length + 8),
+        secret_hash: hashSecret(secret),
+        scopes: [...new Set(input.scopes)].sort(),
+        expires_at: input.expiresAt ?? null,
+        epoch,
+      });
     });
     await audit(
       ctx,

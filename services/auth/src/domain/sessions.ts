@@ -10,9 +10,11 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { durationMs } from '@gpu/common';
+import type { Kysely } from 'kysely';
 import { findRefreshToken, findRefreshTokenForUpdate, markUsed, revokeFamily } from '../db/refresh-token-repository.ts';
+import type { AuthDatabase } from '../db/schema.ts';
 import type { DeviceWrite } from '../db/trusted-device-repository.ts';
-import { findUserById, findUserForLogin, updatePasswordHash } from '../db/user-repository.ts';
+import { findUserForLogin, lockUser, shareUser, type UserRow, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
@@ -53,11 +55,6 @@ export async function login(
     await guard.failed();
     throw authErrors.invalidCredentials();
   }
-  if (ctx.hasher.needsRehash(user.password_hash)) {
-    await updatePasswordHash(ctx.db, user.id, await ctx.hasher.hash(password));
-    ctx.logger.info({ user_id: user.id }, 'password rehashed with the current argon2id parameters');
-  }
-  // One write: the device row (new, or its use) and the refresh token, in one statement.
   const deviceToken = device ? input.device_token! : randomBytes(32).toString('base64url');
   const deviceWrite: DeviceWrite = device
     ? { touch: device }
@@ -70,7 +67,65 @@ export async function login(
         },
       };
   const origin = { ip: clientIp, ...(userAgent ? { userAgent } : {}) };
-  return { ...(await issueTokenPair(ctx, ctx.db, user, undefined, deviceWrite, origin)), device_token: deviceToken };
+  const pair = await underCheckedPassword(ctx, user, password, async (trx, held, rehashed) => {
+    if (rehashed) {
+      await updatePasswordHash(trx, user.id, rehashed);
+      ctx.logger.info({ user_id: user.id }, 'password rehashed with the current argon2id parameters');
+    }
+    // One write: the device row (new, or its use) and the refresh token, in one statement.
+    return issueTokenPair(ctx, trx, held, undefined, deviceWrite, origin);
+  });
+  return { ...pair, device_token: deviceToken };
+}
+
+/**
+ * Runs `write` with the account held as `password` was checked against (alone when the hash is to be rehashed:
+ * `rehashed`, to write): an account started afresh meanwhile, or whose password changed, refuses it (401
+ * INVALID_CREDENTIALS: a sign-in written after a password change would outlive its sign-outs, and a rehash must never
+ * write the old password over a new one). Another hash of the same password (a concurrent login's rehash) is checked
+ * again, outside the lock (argon2 is slow), and tried once more.
+ */
+export async function underCheckedPassword<T>(
+  ctx: AuthContext,
+  user: UserRow,
+  password: string,
+  write: (trx: Kysely<AuthDatabase>, held: UserRow, rehashed: string | null) => Promise<T>,
+  opts: { replacing?: boolean } = {},
+): Promise<T> {
+  let checked = user.password_hash;
+  for (let tries = 0; ; tries++) {
+    // `replacing` (a password change, which signs out too: revokingSignIns's lock): no rehash, and the account alone.
+    const rehashed = !opts.replacing && ctx.hasher.needsRehash(checked) ? await ctx.hasher.hash(password) : null;
+    type Outcome = { done: T } | { changed: string } | { refused: true };
+    const outcome = await ctx.db.transaction().execute(async (trx): Promise<Outcome> => {
+      const held = rehashed || opts.replacing ? await lockUser(trx, user.id) : await shareUser(trx, user.id);
+      if (!held || held.epoch !== user.epoch) return { refused: true };
+      if (held.password_hash !== checked) return { changed: held.password_hash };
+      return { done: await write(trx, held, rehashed) };
+    });
+    if ('done' in outcome) return outcome.done;
+    if ('refused' in outcome || tries > 0 || !(await ctx.hasher.verify(outcome.changed, password))) {
+      throw authErrors.invalidCredentials();
+    }
+    checked = outcome.changed;
+  }
+}
+
+/**
+ * Revokes sign-ins of the user (`revoke`, in one transaction) with the account locked. A refresh holds the account
+ * shared from before it reads its token until its new one is written: a revocation comes first (the refresh finds its
+ * token revoked) or waits for the refresh and revokes the token it made too. (Unlocked, a revocation's UPDATE cannot
+ * see a token written after it began, and that device stayed signed in.)
+ */
+export function revokingSignIns<T>(
+  ctx: Pick<AuthContext, 'db'>,
+  userId: string,
+  revoke: (trx: Kysely<AuthDatabase>) => Promise<T>,
+): Promise<T> {
+  return ctx.db.transaction().execute(async (trx) => {
+    await lockUser(trx, userId);
+    return revoke(trx);
+  });
 }
 
 const hashDeviceToken = (token: string) => createHash('sha256').update(token).digest('hex');
@@ -89,20 +144,24 @@ export async function refresh(
   const limits = ctx.config.rate_limit;
   await ctx.limiter.consume(limits.refresh_per_ip, 'refresh-ip', clientIp);
   const reuseIntervalMs = durationMs(ctx.config.jwt.refresh_reuse_interval);
+  const hash = hashRefreshToken(refreshToken);
   const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
-    const row = await findRefreshTokenForUpdate(trx, hashRefreshToken(refreshToken));
+    // The account first, shared (a revocation of its sign-ins takes it alone: revokingSignIns), then the token.
+    const seen = await findRefreshToken(trx, hash);
+    if (!seen) return { failure: 'invalid' };
+    const user = await shareUser(trx, seen.user_id);
+    const row = await findRefreshTokenForUpdate(trx, hash);
     if (!row) return { failure: 'invalid' };
     const now = new Date();
     const ids = { familyId: row.family_id, userId: row.user_id };
     if (row.revoked_at) return { failure: 'revoked', ...ids };
     if (new Date(row.expires_at) <= now) return { failure: 'expired', ...ids };
+    // Revoked after this transaction, with the account locked (a refresh of the family under way finishes first).
     if (row.used_at && now.getTime() - new Date(row.used_at).getTime() > reuseIntervalMs) {
-      await revokeFamily(trx, row.family_id, 'reuse_detected', now);
       return { failure: 'reused', ...ids };
     }
     // Counted on the transaction's connection: no second connection is taken while this one is held.
     await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
-    const user = await findUserById(trx, row.user_id);
     if (!user) return { failure: 'gone', ...ids };
     // A sign-in of the account's epoch before: whoever proved the address started it afresh (accounts/epochs.ts).
     if (row.epoch !== user.epoch) return { failure: 'revoked', ...ids };
@@ -115,6 +174,7 @@ export async function refresh(
   const log = { family_id: outcome.familyId, user_id: outcome.userId, ip: clientIp };
   switch (outcome.failure) {
     case 'reused':
+      await revokingSignIns(ctx, outcome.userId!, (trx) => revokeFamily(trx, outcome.familyId!, 'reuse_detected'));
       ctx.logger.warn(log, 'refresh token reuse detected: token family revoked');
       throw authErrors.refreshTokenReused();
     case 'revoked':
@@ -132,6 +192,6 @@ export async function refresh(
 export async function logout(ctx: AuthContext, refreshToken: string): Promise<void> {
   const row = await findRefreshToken(ctx.db, hashRefreshToken(refreshToken));
   if (!row) return;
-  const revoked = await revokeFamily(ctx.db, row.family_id, 'logout');
+  const revoked = await revokingSignIns(ctx, row.user_id, (trx) => revokeFamily(trx, row.family_id, 'logout'));
   if (revoked > 0) ctx.logger.info({ family_id: row.family_id, user_id: row.user_id }, 'logged out');
 }

@@ -28,6 +28,7 @@ import type { AuthContext } from './context.ts';
 import { loginLimits } from './login-limits.ts';
 import { noticePasswordChanged } from './mail/notices.ts';
 import { normalisePassword } from './passwords/index.ts';
+import { revokingSignIns, underCheckedPassword } from './sessions.ts';
 
 /**
  * The signed-in user, for what only they manage, signed in (`what`: their sign-ins, their API keys): never an API key's
@@ -64,7 +65,7 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
   if ((await familyOwner(ctx.db, familyId)) !== userId) {
     throw errors.notFound('SIGN_IN_NOT_FOUND', `sign-in ${familyId} not found`);
   }
-  await revokeFamily(ctx.db, familyId, 'signed_out');
+  await revokingSignIns(ctx, userId, (trx) => revokeFamily(trx, familyId, 'signed_out'));
   await audit(ctx, { action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out');
 }
 
@@ -72,7 +73,9 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
 export async function signOutOthers(ctx: AuthContext, actor: Principal, includeCurrent: boolean): Promise<number> {
   const userId = signedInUser(actor, 'their sign-ins');
   const before = await countLiveSignIns(ctx.db, userId, new Date());
-  await revokeUserFamilies(ctx.db, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
+  await revokingSignIns(ctx, userId, (trx) =>
+    revokeUserFamilies(trx, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId),
+  );
   const after = await countLiveSignIns(ctx.db, userId, new Date());
   await audit(
     ctx,
@@ -100,8 +103,20 @@ export async function changePassword(
     throw authErrors.invalidCredentials();
   }
   ctx.policy.check(input.newPassword, user.email);
-  await updatePasswordHash(ctx.db, userId, await ctx.hasher.hash(normalisePassword(input.newPassword)));
-  await revokeUserFamilies(ctx.db, userId, 'password_changed', actor.sessionId);
+  const hash = await ctx.hasher.hash(normalisePassword(input.newPassword));
+  // The new password and the sign-outs at once, the account locked (as revokingSignIns locks it): a login with the old
+  // password or a refresh under way finishes first (and is signed out) or is refused; a password changed since it was
+  // checked refuses this change.
+  await underCheckedPassword(
+    ctx,
+    user,
+    normalisePassword(input.currentPassword),
+    async (trx) => {
+      await updatePasswordHash(trx, userId, hash);
+      await revokeUserFamilies(trx, userId, 'password_changed', actor.sessionId);
+    },
+    { replacing: true },
+  );
   noticePasswordChanged(ctx, user);
   await audit(
     ctx,
