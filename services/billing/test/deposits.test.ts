@@ -1,4 +1,5 @@
 /** Deposits against the real local chain: verification, crediting once, every rejection, idempotency. */
+import { lockWaiters } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { describe, expect, it } from 'vitest';
 import { base58Encode } from '../src/domain/chain/base58.ts';
@@ -73,6 +74,48 @@ describe('proving a wallet address before deposits', () => {
     });
     expect(tricked.statusCode).toBe(409);
     expect(tricked.json().code).toBe('ADDRESS_PROVEN_ELSEWHERE');
+  });
+
+  it('lets one holder prove an address when two prove it at once: the other is refused', async () => {
+    const kp = Keypair.generate();
+    const wallets = await Promise.all(
+      [0, 1].map(() =>
+        createWallet(h.db, { ownerType: 'user', ownerId: crypto.randomUUID(), solanaAddress: kp.publicKey.toBase58() }),
+      ),
+    );
+    const signed = await Promise.all(
+      wallets.map(async (w) => {
+        const c = await h.app.inject({ method: 'POST', url: `/api/v1/wallet/${w.id}/address-challenge` });
+        expect(c.statusCode, c.body).toBe(201);
+        return { id: w.id, signature: signMessage(kp, c.json().message) };
+      }),
+    );
+    // Both wallets' rows held until both proofs wait (each checked its signature; one waits to mark its wallet, the
+    // other for the address): then they go together.
+    let answers: Promise<{ statusCode: number; body: string; json: () => { code: string } }>[] = [];
+    await h.db.transaction().execute(async (trx) => {
+      await trx
+        .selectFrom('wallets')
+        .select('id')
+        .where(
+          'id',
+          'in',
+          signed.map((w) => w.id),
+        )
+        .forUpdate()
+        .execute();
+      answers = signed.map((w) =>
+        h.app.inject({
+          method: 'POST',
+          url: `/api/v1/wallet/${w.id}/address-proof`,
+          payload: { signature: w.signature },
+        }),
+      );
+      await lockWaiters(h.db, 2);
+    });
+    const done = await Promise.all(answers);
+    expect(done.map((a) => a.statusCode).sort(), done.map((a) => a.body).join('\n')).toEqual([200, 409]);
+    expect(done.find((a) => a.statusCode === 409)!.json().code).toBe('ADDRESS_PROVEN_ELSEWHERE');
   });
 
   it('uses a challenge once, refuses a signature of another message, and keeps a proof', async () => {

@@ -207,12 +207,15 @@ export async function addAttempt(
   return n;
 }
 
-/** Takes back an attempt whose session was never started, and counts the job's attempts again. */
-export async function dropAttempt(trx: Transaction<BillingDB>, jobId: string, sessionId: string): Promise<void> {
+/** Takes back an attempt whose session was never started, and counts the job's attempts again; false: it started. */
+export async function dropAttempt(trx: Transaction<BillingDB>, jobId: string, sessionId: string): Promise<boolean> {
   // The job first, as every writer of its attempts locks it (and the count below then reads what they committed).
   await findJob(trx, jobId, true);
+  // Its session started after all (a start's commit whose answer was lost): kept.
+  if (await sessionOutcome(trx, sessionId)) return false;
   await trx.deleteFrom('job_attempts').where('session_id', '=', sessionId).where('ended_at', 'is', null).execute();
   await countAttempts(trx, jobId);
+  return true;
 }
 
 async function countAttempts(trx: Transaction<BillingDB>, jobId: string): Promise<void> {

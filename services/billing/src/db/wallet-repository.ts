@@ -84,6 +84,14 @@ export async function markAddressProven(
     .executeTakeFirst();
 }
 
+/**
+ * Serialises the proofs of one address until the transaction ends (a transaction-scoped advisory lock on it): the
+ * check that no other holder proved it and the proof are one step.
+ */
+export async function lockAddressProofs(trx: Transaction<BillingDB>, address: string): Promise<void> {
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`address-proof:${address}`}, 0))`.execute(trx);
+}
+
 /** Holders of other wallets that proved `address` (null holder: an admin's or service's wallet). */
 export async function otherProvenHolders(db: Db, address: string, walletId: string): Promise<(string | null)[]> {
   const rows = await db

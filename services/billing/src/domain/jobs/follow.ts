@@ -105,7 +105,7 @@ export async function settleAttempt(
       spent: spent.toFixed(ctx.scale),
       place_after: now,
       final_checkpoint_until:
-        state === 'recovering' && awaitsFinalCheckpoint(job, sessionId, endReason, o.final_checkpoint_at)
+        state === 'recovering' && awaitsFinalCheckpoint(job, endReason, o.final_checkpoint_at)
           ? new Date(now.getTime() + durationMs(finalCheckpointWait))
           : null,
       // A placement that still holds the job (its placer alive, not yet past placing its attempt) loses it.
@@ -128,11 +128,12 @@ const GONE: ReadonlySet<string> = new Set([...UNDELIVERED_END_REASONS, 'workload
  * Whether the job placed again waits for its ended attempt's final checkpoint: its workload keeps one, it ran, its
  * machine is still there to pack it (its daemon keeps the checkpoint directory after reporting the end, and a next
  * attempt placed at once would start a whole interval back), and it has not been said already (kept whole, or none:
- * the daemon may say so before the attempt is settled).
+ * the daemon may say so before the attempt is settled). A checkpoint the attempt kept while it ran is not its final
+ * one: the next attempt would restore it, and lose what the workload did after it.
  */
-function awaitsFinalCheckpoint(job: JobRow, sessionId: string, endReason: string, saidAt: Date | null): boolean {
+export function awaitsFinalCheckpoint(job: Pick<JobRow, 'workload'>, endReason: string, saidAt: Date | null): boolean {
   if (!(job.workload as { checkpoint?: unknown }).checkpoint) return false;
-  return !GONE.has(endReason) && job.checkpoint_session !== sessionId && saidAt === null;
+  return !GONE.has(endReason) && saidAt === null;
 }
 
 /** The number of the job's latest attempt (its lock held by the caller). */

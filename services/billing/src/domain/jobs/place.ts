@@ -34,7 +34,6 @@ import {
   runJobSession,
   runningSessionOfJob,
   sessionJobId,
-  sessionOutcome,
   updateJob,
 } from '../../db/job-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
@@ -244,10 +243,11 @@ async function placeJob(
         null,
       );
     } catch (err) {
-      // A start whose commit went through though its answer was lost (a connection cut): it started.
-      if (await sessionOutcome(ctx.db, sessionId)) return markRunning(ctx, job.id, until, sessionId);
-      // Nothing was started (the start's transaction rolled back): the attempt is taken back, and the GPUs.
-      await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
+      // Nothing was started (the start's transaction rolled back): the attempt is taken back, and the GPUs. Unless
+      // its commit went through though its answer was lost (a connection cut): it started. Asked under the job's lock,
+      // which the start held to its commit, so a commit still under way is waited for, not taken for none.
+      const dropped = await ctx.db.transaction().execute((trx) => dropAttempt(trx, job.id, sessionId));
+      if (!dropped) return markRunning(ctx, job.id, until, sessionId);
       const code = err instanceof AppError ? err.code : '';
       if (code === NO_GPUS) capacity.refused(offer, terms.gpu_count);
       else capacity.giveBack(offer, terms.gpu_count);

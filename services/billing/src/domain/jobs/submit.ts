@@ -127,8 +127,11 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
       updated_at: now,
       ended_at: null,
     });
+    // The job as submitted, read before the placer is woken: its answer never shows a placement half under way (an
+    // attempt listed on a job still queued).
+    const job = (await jobOf(ctx, [row]))[0]!;
     ctx.state.wakeJobs();
-    return { job: (await jobOf(ctx, [row]))[0]!, replayed: false };
+    return { job, replayed: false };
   } catch (err) {
     // The same key sent twice at once: the other submit made the job.
     if (input.idempotencyKey && isUniqueViolation(err, 'jobs_idempotency')) {

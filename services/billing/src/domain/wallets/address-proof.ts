@@ -12,7 +12,13 @@
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import type { Principal } from '@gpu/common';
 import { PublicKey } from '@solana/web3.js';
-import { findWallet, markAddressProven, otherProvenHolders, setAddressChallenge } from '../../db/wallet-repository.ts';
+import {
+  findWallet,
+  lockAddressProofs,
+  markAddressProven,
+  otherProvenHolders,
+  setAddressChallenge,
+} from '../../db/wallet-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { base58Decode } from '../chain/index.ts';
 import type { BillingContext } from '../context.ts';
@@ -79,11 +85,15 @@ export async function proveAddress(
     throw billingErrors.addressProofInvalid(wallet.solanaAddress);
   }
   // An address belongs to one user: once proven by one holder, another holder cannot prove it too (a victim tricked
-  // into signing someone else's challenge would otherwise share their deposits with them).
-  const others = await otherProvenHolders(ctx.db, wallet.solanaAddress, wallet.id);
-  if (others.some((holder) => holder !== wallet.holderId))
-    throw billingErrors.addressProvenElsewhere(wallet.solanaAddress);
-  const proven = await markAddressProven(ctx.db, wallet.id, challenge, ctx.now());
+  // into signing someone else's challenge would otherwise share their deposits with them). Checked and marked under
+  // the address's lock: two holders proving it at once do not both pass the check.
+  const address = wallet.solanaAddress;
+  const proven = await ctx.db.transaction().execute(async (trx) => {
+    await lockAddressProofs(trx, address);
+    const others = await otherProvenHolders(trx, address, wallet.id);
+    if (others.some((holder) => holder !== wallet.holderId)) throw billingErrors.addressProvenElsewhere(address);
+    return markAddressProven(trx, wallet.id, challenge, ctx.now());
+  });
   if (proven) return toWallet(proven);
   // Proven by a concurrent request with the same challenge, or a newer challenge replaced it.
   const now = await walletFor(ctx, actor, walletId);

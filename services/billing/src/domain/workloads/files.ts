@@ -231,14 +231,25 @@ export async function recordWorkloadCheckpoint(
   const jobId = jobOfSession(session.job_id);
   if (!spec.checkpoint || !jobId) throw billingErrors.noCheckpoint(sessionId);
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
-  // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
-  // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
-  if (size !== null && row.running_at) await recordJobCheckpoint(ctx.db, jobId, sessionId, size, ctx.now());
-  // Said after the workload's end, it is the final one: an attempt settled from now on does not wait for it (the
-  // job's placer may be slower than the daemon).
-  if (size === null || row.ended_at) await markFinalCheckpointSaid(ctx.db, sessionId, ctx.now());
-  // The job waits for this attempt's final checkpoint to be placed again: no more.
-  if (await endFinalCheckpointWait(ctx.db, jobId, sessionId, ctx.now())) ctx.state.wakeJobs();
+  // Under the job's lock, which settling its attempt holds from reading whether the word came to deciding whether the
+  // job waits for it (follow.ts): a word said meanwhile is either seen there, or finds the wait it decided on. (Without
+  // the lock, the wait's end would read the job as it was before that settling committed, and end nothing.)
+  const waited = await ctx.db.transaction().execute(async (trx) => {
+    await findJob(trx, jobId, true);
+    const now = ctx.now();
+    // Not recorded (the daemon is done with it all the same): one of a workload that never ran (its directory is the
+    // restored one, or what a failed restore left), and one of an earlier attempt than the job's last kept.
+    if (size !== null && row.running_at) await recordJobCheckpoint(trx, jobId, sessionId, size, now);
+    // Said after the workload's end (as read now: its daemon reports the end before it packs the final one), it is
+    // the final one: an attempt settled from now on does not wait for it (the job's placer may be slower than the
+    // daemon), and the job waiting for it is placed again. One taken while it ran (its upload may end after the
+    // session did, taken back by its owner) is not: the final one follows.
+    const final = size === null || Boolean((await findWorkload(trx, sessionId))?.ended_at);
+    if (!final) return false;
+    await markFinalCheckpointSaid(trx, sessionId, now);
+    return endFinalCheckpointWait(trx, jobId, sessionId, now);
+  });
+  if (waited) ctx.state.wakeJobs();
 }
 
 /**
