@@ -38,7 +38,20 @@ fi
 new_files() { { git ls-files --others --exclude-standard 2>/dev/null || true; } | LC_ALL=C sort; }
 files_before=$(new_files)
 source scripts/test-env.sh
-trap test_env_down EXIT
+# Every temporary folder the run makes (the tests', the servers' and the platforms' they start) lies in one of the run's
+# own, removed when the run ends: a run leaves nothing behind in /tmp either.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-test.XXXXXX")
+chmod 1777 "$run_tmp" # as /tmp: the servers' and sandboxes' other users make their files there too
+# tsx's cache of compiled files stays where it was (a cold cache makes every process of the run compile anew).
+tsx_cache="${TMPDIR:-/tmp}/tsx-$(id -u)"
+export TMPDIR="$run_tmp"
+# A filesystem a test left mounted there (another device) is not descended into; what cannot go is said, and fails no
+# run.
+remove_run_tmp() {
+  rm -rf --one-file-system "$run_tmp" || echo "[test] could not remove all of $run_tmp" >&2
+}
+trap 'test_env_down || true; remove_run_tmp' EXIT
+{ mkdir -p "$tsx_cache" && ln -s "$tsx_cache" "$run_tmp/tsx-$(id -u)"; } || true
 test_env_up
 # Every answer of a documented operation, in every app the tests start, is checked against its service's document
 # (packages/common/src/openapi/response-check.ts); any mismatch fails the run.

@@ -17,7 +17,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connectPublisher, createLogger, type NatsPublisher, NoopPublisher } from '@gpu/common';
-import { testEnv } from '@gpu/common/testing';
+import { lockWaiters, testEnv } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { registerAndLogin } from '../../../services/auth/test/helpers.ts';
 import {
@@ -214,7 +215,8 @@ describe("a job's terms", () => {
           checkpoint: { interval_seconds: 3600 },
         },
       });
-      const failed = await until(() => jobs.job(renter, none.json().id), ended, 60_000).catch(async (err) => {
+      const failed = await until(() => jobs.job(renter, none.json().id), ended, 60_000);
+      if (!ended(failed)) {
         // Where the daemon's word stopped: billing's rows of the job and of its attempt's workload, and the daemon's
         // record of the session's files (gone once it is done with them).
         const job = await rig.billing.db
@@ -236,8 +238,8 @@ describe("a job's terms", () => {
             return String((e as Error).message);
           }
         });
-        throw new Error(`${(err as Error).message}\n${JSON.stringify({ job, workload, records })}`);
-      });
+        throw new Error(`the job did not end: ${JSON.stringify({ job, workload, records })}`);
+      }
       expect(failed, JSON.stringify(failed)).toMatchObject({
         state: 'failed',
         reason: 'workload_exited: the workload exited with 3; attempts_exhausted: 2 used',
@@ -245,6 +247,57 @@ describe("a job's terms", () => {
       });
     },
   );
+
+  it("hears its daemon's word that no final checkpoint comes even while its attempt is being settled", {
+    timeout: 60_000,
+  }, async () => {
+    const region = newRegion();
+    const [machine] = await machinesIn(region, 1);
+    const renter = await rig.renter();
+    const res = await jobs.submit(renter, {
+      region,
+      workload: { command: ['sleep', '60'], max_runtime_seconds: 60, checkpoint: { interval_seconds: 3600 } },
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = res.json().id;
+    const running = await runningJob(renter, id);
+    // Settling the attempt as its placer does: the job's lock held, the word read as not come, the job set to wait
+    // for it, not committed yet. The daemon's word comes meanwhile: it waits for the lock, then ends that wait (read
+    // without the lock, the job would still show no wait, and it would wait out `jobs.final_checkpoint_wait`).
+    let said: Promise<{ statusCode: number; body: string }> | undefined;
+    let answered = false;
+    await rig.billing.db.transaction().execute(async (trx) => {
+      const holder = (await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)).rows[0]!.pid;
+      await trx.selectFrom('jobs').select('id').where('id', '=', id).forUpdate().execute();
+      await trx
+        .updateTable('jobs')
+        .set({ final_checkpoint_until: new Date(Date.now() + 600_000) })
+        .where('id', '=', id)
+        .execute();
+      said = rig.billing.app
+        .inject({
+          method: 'POST',
+          url: `/api/v1/billing/sessions/${running.session_id}/workload/checkpoint`,
+          headers: { authorization: `Bearer ${await machine!.deps.token.get()}` },
+          payload: { size: null },
+        })
+        .finally(() => {
+          answered = true;
+        });
+      // (Only a wait on this transaction counts: the platform's background rounds wait on locks of their own.)
+      await lockWaiters(rig.billing.db, 1, { blockedBy: holder });
+      expect(answered, 'the word was taken before the settling committed').toBe(false);
+    });
+    const word = await said!;
+    expect(word.statusCode, word.body).toBe(204);
+    const row = await rig.billing.db
+      .selectFrom('jobs')
+      .select('final_checkpoint_until')
+      .where('id', '=', id)
+      .executeTakeFirstOrThrow();
+    expect(row.final_checkpoint_until).toBeNull();
+    expect((await jobs.cancel(renter, id)).state).toBe('cancelled');
+  });
 
   it('ends a queued job that no machine took within its queue timeout, with that reason, holding nothing', {
     timeout: 30_000,

@@ -114,7 +114,12 @@ async function idleSession() {
   return r;
 }
 
-/** Runs a program in the workload, its input given, until it ends (or, with `background`, leaves it running). */
+/**
+ * Runs a program in the workload, its input given, until it ends: its output, and a rejection saying what it said
+ * when it did not succeed (a file not written must not surface later as a server that never listens). With
+ * `background` it is left running: resolved once its stream is open, with what it has said so far (`out()`) and its
+ * end's status once it ends (`status()`, null while it runs).
+ */
 function execIn(sessionId: string, argv: string[], opts: { input?: string; background?: boolean } = {}) {
   const q = new URLSearchParams();
   for (const a of argv) q.append('command', a);
@@ -124,34 +129,42 @@ function execIn(sessionId: string, argv: string[], opts: { input?: string; backg
     { headers: renter.headers },
   );
   let out = '';
+  let status: string | null = null;
   ws.on('message', (d: Buffer) => {
     if (d[0] === 1 || d[0] === 2) out += String(d.subarray(1));
+    if (d[0] === 3) status = String(d.subarray(1));
   });
-  return new Promise<{ out: string; ws: WebSocket }>((resolve, reject) => {
+  const said = () => `${argv.join(' ')}: ${status ?? 'no status'}; it said: ${out.slice(-2000) || '(nothing)'}`;
+  return new Promise<{ out: string; ws: WebSocket; said: () => string; ended: () => boolean }>((resolve, reject) => {
     ws.once('unexpected-response', (_req, res) => reject(new Error(`exec answered ${res.statusCode}`)));
+    ws.once('error', reject);
     ws.once('open', () => {
       if (opts.input !== undefined) ws.send(Buffer.concat([Buffer.of(0), Buffer.from(opts.input)]));
-      if (opts.background) return resolve({ out, ws });
+      const ended = () => ws.readyState === WebSocket.CLOSING || ws.readyState === WebSocket.CLOSED;
+      if (opts.background) return resolve({ out, ws, said, ended });
       ws.send(Buffer.of(255, 0));
-      ws.once('close', () => resolve({ out, ws }));
+      ws.once('close', () => {
+        if (status !== null && JSON.parse(status).status === 'Success') resolve({ out, ws, said, ended });
+        else reject(new Error(said()));
+      });
     });
   });
 }
 
-/** A server left running in the workload, once something answers on its port. */
+/** A server left running in the workload, once something answers on its port; failing with what it said if not. */
 async function serve(sessionId: string, argv: string[], port: number) {
   const server = await execIn(sessionId, argv, { background: true });
-  // A busy machine starts a Python server slowly: wait generously, and say so when it never listened.
+  // A busy machine starts a Python server slowly: wait generously, and say so when it never listened (or ended).
   const listening = await until(
     async () => {
       const probe = await portForward(sessionId, port, renter.headers);
       probe.ws?.close();
       return probe;
     },
-    (probe) => probe.status === 101,
+    (probe) => probe.status === 101 || server.ended(),
     40_000,
   );
-  expect(listening.status, JSON.stringify(listening.problem)).toBe(101);
+  expect(listening.status, `${JSON.stringify(listening.problem)}; ${server.said()}`).toBe(101);
   return server.ws;
 }
 
