@@ -63,6 +63,7 @@ export {
   zInt,
   zList,
 } from './config-schema.ts';
+export { lockName } from './db/advisory-lock.ts';
 export { arrayLiteral } from './db/array-literal.ts';
 export { chainAuditTable, unchainAuditTable } from './db/audit-chain.ts';
 export { type AuditRound, auditRound } from './db/audit-purge.ts';

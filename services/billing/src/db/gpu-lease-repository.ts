@@ -5,6 +5,7 @@
  * machine; the table's key is the backstop (never two holders of one GPU). A session's end deletes its own rows
  * without the lock: freeing a GPU cannot give it to two holders.
  */
+import { lockName } from '@gpu/common';
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { BillingDB } from './schema.ts';
 
@@ -43,7 +44,7 @@ export async function lockMachineGpus(
   providerId: string,
   clock: () => Date,
 ): Promise<{ at: Date; held: HeldGpu[]; dropped: number }> {
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`gpus:${providerId}`}, 0))`.execute(trx);
+  await lockName(trx, `gpus:${providerId}`);
   const rows = await leasesOf(trx, providerId).orderBy('l.gpu_index').execute();
   const at = clock();
   const expired = (h: HeldGpu) => h.session_id === null && h.expires_at !== null && h.expires_at <= at;

@@ -1,4 +1,5 @@
 /** Queries on providers' own rates. Every function takes the database or a transaction. */
+import { lockName } from '@gpu/common';
 import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { BillingDB, ProviderRatesTable } from './schema.ts';
 
@@ -11,7 +12,7 @@ export type ProviderRatesRow = Selectable<ProviderRatesTable>;
  * ID: a row that does not exist yet cannot be locked), so a conditional change's check and its write are one step.
  */
 export async function lockProviderRates(trx: Transaction<BillingDB>, providerId: string): Promise<void> {
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`rates:${providerId}`}, 0))`.execute(trx);
+  await lockName(trx, `rates:${providerId}`);
 }
 
 export async function findProviderRatesRow(db: Db, providerId: string): Promise<ProviderRatesRow | undefined> {

@@ -1,5 +1,6 @@
 /** Queries on storage charges (a user's stored bytes per period). Every function takes the database or a transaction. */
-import { type Insertable, type Kysely, type Selectable, sql, type Transaction } from 'kysely';
+import { lockName } from '@gpu/common';
+import type { Insertable, Kysely, Selectable, Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan } from './keyset-sql.ts';
 import type { BillingDB, StorageChargeTable } from './schema.ts';
@@ -13,7 +14,7 @@ export type StorageChargeRow = Selectable<StorageChargeTable>;
  * ID), so the check that a period overlaps none charged and the charge itself are one step.
  */
 export async function lockUserStorage(trx: Transaction<BillingDB>, userId: string): Promise<void> {
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`storage:${userId}`}, 0))`.execute(trx);
+  await lockName(trx, `storage:${userId}`);
 }
 
 /** The user's charges whose period overlaps `[start, end)`. */

@@ -1,4 +1,5 @@
 /** Queries on wallets. Every function takes the database or a transaction. */
+import { lockName } from '@gpu/common';
 import { type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, newerThan } from './keyset-sql.ts';
@@ -89,7 +90,7 @@ export async function markAddressProven(
  * check that no other holder proved it and the proof are one step.
  */
 export async function lockAddressProofs(trx: Transaction<BillingDB>, address: string): Promise<void> {
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`address-proof:${address}`}, 0))`.execute(trx);
+  await lockName(trx, `address-proof:${address}`);
 }
 
 /** Holders of other wallets that proved `address` (null holder: an admin's or service's wallet). */

@@ -3,6 +3,7 @@
  * Keys compare and sort by their UTF-8 bytes: the columns are `COLLATE "C"`, so every range below walks the primary
  * key `(bucket, key)` in order and a page stops after its rows.
  */
+import { lockName } from '@gpu/common';
 import { type Kysely, sql } from 'kysely';
 import type {
   CatalogObject,
@@ -65,7 +66,7 @@ export class ObjectRepository implements ObjectCatalog {
 
   withKey<T>(bucket: string, key: string, fn: (catalog: ObjectRepository) => Promise<T>): Promise<T> {
     return this.db.transaction().execute(async (trx) => {
-      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`catalog:${bucket}/${key}`}, 0))`.execute(trx);
+      await lockName(trx, `catalog:${bucket}/${key}`);
       return fn(new ObjectRepository(trx));
     });
   }

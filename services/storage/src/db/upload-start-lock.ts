@@ -3,7 +3,8 @@
  * of the storage database per owner, so the instances sharing the database start one owner's uploads one at a time.
  * The lock goes with its transaction, so an instance that dies holding it frees it with its connection.
  */
-import { type Kysely, sql } from 'kysely';
+import { lockName } from '@gpu/common';
+import type { Kysely } from 'kysely';
 import type { StartLock } from '../domain/uploads/resumable.ts';
 import type { StorageDB } from './schema.ts';
 
@@ -17,7 +18,7 @@ export function uploadStartLock(db: Kysely<StorageDB>, kind: 'postgres' | 'pglit
   return {
     hold: (owner, fn) =>
       db.transaction().execute(async (trx) => {
-        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`storage-upload-starts:${owner}`}, 0))`.execute(trx);
+        await lockName(trx, `storage-upload-starts:${owner}`);
         return fn();
       }),
   };
