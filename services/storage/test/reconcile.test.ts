@@ -6,6 +6,7 @@
  */
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { createLogger } from '@gpu/common';
+import { lockWaiters } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { BucketOwners } from '../src/domain/bucket-owners.ts';
@@ -132,5 +133,55 @@ describe('incremental reconciliation', () => {
     expect((await opened.catalog.expectedWrites()).map((w) => w.key)).toEqual(['aaa/presigned.txt', 'old.txt']);
     await scheduledRun();
     expect((await opened.catalog.expectedWrites()).map((w) => w.key)).toEqual(['aaa/presigned.txt']);
+  });
+
+  it('leaves no row for an object deleted through the service while a run looks at it', async () => {
+    const key = 'noted/deleted-meanwhile.txt';
+    const url = await cataloged.presign(bucket, key, 'PUT', 600);
+    expect((await fetch(url, { method: 'PUT', body: 'soon gone' })).status).toBe(200);
+    // The run's HEAD of the key has its answer (the object is there); its owner deletes it through the service then.
+    const head = store.head.bind(store);
+    let deleted: Promise<void> | undefined;
+    store.head = async (b, k, cond) => {
+      const answer = await head(b, k, cond);
+      if (k === key && !deleted) {
+        deleted = cataloged.delete(bucket, key);
+        // The delete goes through, or waits for the run's hold of the key: then the run goes on.
+        await Promise.race([deleted, lockWaiters(opened.database.db, 1)]);
+      }
+      return answer;
+    };
+    try {
+      await scheduledRun();
+    } finally {
+      store.head = head;
+    }
+    await deleted;
+    // No row for an object that is gone (a row would be listed, and billed, until the sweep came round).
+    expect([...(await opened.catalog.lookup(bucket, [key])).keys()]).toEqual([]);
+  });
+
+  it("keeps a write URL's note of a key when a copy onto that key is catalogued", async () => {
+    const key = 'noted/target.txt';
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'noted/source.txt', Body: 'copied' }));
+    // A write URL for the key, then a copy onto it that would be given up later than the URL expires.
+    await cataloged.presign(bucket, key, 'PUT', 600);
+    await cataloged.copy({
+      source: { bucket, key: 'noted/source.txt' },
+      destination: { bucket, key },
+      until: new Date(Date.now() + 7_200_000),
+    });
+    // The copy is catalogued, its own note forgotten; the URL's stays, and is looked at every run.
+    const notes = (await opened.catalog.expectedWrites()).filter((w) => w.key === key);
+    expect(notes).toHaveLength(1);
+    expect(notes[0]!.until.getTime()).toBeLessThan(Date.now() + 601_000);
+    const url = await cataloged.presign(bucket, key, 'PUT', 600);
+    expect((await fetch(url, { method: 'PUT', body: 'through the URL, after the copy' })).status).toBe(200);
+    const noted = (await opened.catalog.expectedWrites()).length;
+    const { report } = await scheduledRun();
+    expect(report.expected).toBe(noted);
+    expect((await opened.catalog.page({ bucket, prefix: 'noted/t', limit: 10 })).map((e) => e.size)).toEqual([
+      'through the URL, after the copy'.length,
+    ]);
   });
 });

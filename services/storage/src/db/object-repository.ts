@@ -204,18 +204,15 @@ export class ObjectRepository implements ObjectCatalog {
     await this.db
       .insertInto('catalog_expected_writes')
       .values(write)
-      .onConflict((oc) =>
-        oc
-          .columns(['bucket', 'key'])
-          .doUpdateSet({ until: sql`greatest(catalog_expected_writes.until, excluded.until)` }),
-      )
+      .onConflict((oc) => oc.columns(['bucket', 'key', 'until']).doNothing())
       .execute();
   }
 
   async expectedWrites(): Promise<ExpectedWrite[]> {
     const rows = await this.db
       .selectFrom('catalog_expected_writes')
-      .select(['bucket', 'key', 'until'])
+      .select(['bucket', 'key', (eb) => eb.fn.max('until').as('until')])
+      .groupBy(['bucket', 'key'])
       .orderBy('bucket')
       .orderBy('key')
       .execute();

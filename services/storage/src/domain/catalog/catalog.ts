@@ -100,13 +100,13 @@ export interface ObjectCatalog {
   /** Where the sweep stopped last (the first bucket's start when it never ran). */
   sweepPosition(): Promise<SweepPosition>;
   saveSweepPosition(position: SweepPosition): Promise<void>;
-  /** Notes that the key may be written at the store, behind the service's back, until `until` (the later one kept). */
+  /** Notes that the key may be written at the store, behind the service's back, until `until` (a note of its own). */
   expectWrite(write: ExpectedWrite): Promise<void>;
-  /** The keys noted. */
+  /** The keys noted, each once, with its latest `until`. */
   expectedWrites(): Promise<ExpectedWrite[]>;
   /** Forgets the keys whose URLs expired before `before`. */
   forgetExpectedWrites(before: Date): Promise<void>;
-  /** Forgets one expected write, when it is still the one noted (no later `until` noted for its key since). */
+  /** Forgets one note (another note of its key, a write URL's, stays). */
   forgetExpectedWrite(write: ExpectedWrite): Promise<void>;
 }
 

@@ -51,7 +51,7 @@ export class CatalogedStore implements ObjectStore {
     await this.write(() => this.catalog.expectWrite(expected));
     await this.inner.copy(req);
     const head = await this.catalogued(bucket, key);
-    // Catalogued: reconciliation need not look at the key (unless a write URL's later `until` was noted for it since).
+    // Catalogued: reconciliation need not look at the key for this copy (a write URL's note of the key stays).
     await this.write(() => this.catalog.forgetExpectedWrite(expected));
     return head;
   }

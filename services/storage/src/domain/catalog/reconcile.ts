@@ -7,8 +7,10 @@
  *   of a bucket never reconciled reconciles it first, whole). The records bucket is the service's own and never
  *   catalogued.
  * - How a range of a bucket is compared: the store's listing, a page of 1,000 keys at a time. A key the catalog lacks,
- *   or holds with another ETag or size, is HEADed for its content type (16 at a time) and written; rows of the page's
- *   key range that the page does not hold are removed. An unchanged object costs no store request beyond the listing.
+ *   or holds with another ETag or size, is HEADed for its content type (5 at a time) and written, the HEAD and the
+ *   row under the key's lock as a request's write or delete holds it (a key deleted meanwhile leaves no row); rows of
+ *   the page's key range that the page does not hold are removed. An unchanged object costs no store request beyond
+ *   the listing.
  * - Each run, two things, so that no run lists the whole store:
  *   - the keys the service handed out write URLs for (presigned PUTs, write grants; noted by `cataloged-store.ts`
  *     until the URL expires, and an hour past it for an upload still under way), each HEADed and written: an object
@@ -25,13 +27,16 @@
  */
 import { forEachLimited, type Logger } from '@gpu/common';
 import type { BucketOwners } from '../bucket-owners.ts';
-import type { ObjectEntry, ObjectStore } from '../store.ts';
-import type { CatalogObject, ObjectCatalog, ObjectOwners, SweepPosition } from './catalog.ts';
+import type { ObjectEntry, ObjectHead, ObjectStore } from '../store.ts';
+import type { ObjectCatalog, ObjectOwners, SweepPosition } from './catalog.ts';
 
 /** Keys per store listing page. */
 const PAGE = 1000;
-/** HEAD requests in flight for new or changed objects' content types. */
-const HEAD_CONCURRENCY = 16;
+/**
+ * HEAD requests in flight for new or changed objects, each holding a database connection (its key's lock) while it
+ * runs: half the default pool at most, the rest left to requests.
+ */
+const HEAD_CONCURRENCY = 5;
 /** How long past its URL's expiry an expected write is still looked at: an upload through it may still be under way. */
 const EXPECTED_WRITE_GRACE_MS = 3_600_000;
 
@@ -181,7 +186,7 @@ export class Reconciler {
       const ownerOf = await this.opts.owners.of(bucket);
       const entries = keys.map((key) => ({ key, size: 0, isPrefix: false }));
       try {
-        await catalog.put(await this.described(bucket, entries, ownerOf), { staleBefore: since });
+        await this.catalogue(bucket, entries, ownerOf, since);
       } catch (err) {
         // Gone with its bucket: the sweep forgets the bucket.
         if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
@@ -267,7 +272,7 @@ export class Reconciler {
           const row = known.get(o.key);
           return row === undefined || row.size !== o.size || (o.etag !== undefined && row.etag !== o.etag);
         });
-        await catalog.put(await this.described(bucket, changed, ownerOf), { staleBefore: since });
+        await this.catalogue(bucket, changed, ownerOf, since);
         // The page covers the keys up to its last (the store lists in UTF-8 byte order); the last page, all the rest.
         const upTo = token ? keys[keys.length - 1] : undefined;
         await catalog.removeOthers(bucket, { after: from, upTo }, keys, since);
@@ -284,17 +289,29 @@ export class Reconciler {
     return { pages, objects, done: true };
   }
 
-  /** The objects with their content types (a HEAD each); one deleted since the listing is left out. */
-  private async described(
+  /**
+   * Writes each object as a HEAD describes it (its content type, ETag and date), the HEAD and the row under the key's
+   * lock (`withKey`), which a request's write or delete of the key holds too: one deleted through the service since
+   * the listing is gone at the HEAD (left out) or deleted after its row is written (and the row with it), never a row
+   * left without its object. A row a request wrote after `since` stays as it is.
+   */
+  private async catalogue(
     bucket: string,
     objects: ObjectEntry[],
     ownerOf: (key: string) => string | undefined,
-  ): Promise<CatalogObject[]> {
-    const rows: CatalogObject[] = [];
-    await forEachLimited(objects, HEAD_CONCURRENCY, async (o) => {
-      try {
-        const head = await this.opts.store.head(bucket, o.key, {});
-        rows.push({
+    since: Date,
+  ): Promise<void> {
+    const { store, catalog } = this.opts;
+    await forEachLimited(objects, HEAD_CONCURRENCY, (o) =>
+      catalog.withKey(bucket, o.key, async (locked) => {
+        let head: ObjectHead;
+        try {
+          head = await store.head(bucket, o.key, {});
+        } catch (err) {
+          if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
+          return;
+        }
+        const row = {
           bucket,
           key: o.key,
           size: head.contentLength,
@@ -302,11 +319,9 @@ export class Reconciler {
           etag: head.etag,
           lastModified: head.lastModified,
           ownerId: ownerOf(o.key),
-        });
-      } catch (err) {
-        if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
-      }
-    });
-    return rows;
+        };
+        await locked.put([row], { staleBefore: since });
+      }),
+    );
   }
 }
