@@ -8,9 +8,11 @@
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { NoopPublisher, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import type { Kysely, Transaction } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Background, startBackground } from '../../../services/billing/src/background.ts';
 import { addAttempt, sessionJobId } from '../../../services/billing/src/db/job-repository.ts';
+import type { BillingDB } from '../../../services/billing/src/db/schema.ts';
 import { followJobs, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
 import { Dec } from '../../../services/billing/src/domain/ledger/index.ts';
 import { startWorkloadSession } from '../../../services/billing/src/domain/workloads/index.ts';
@@ -518,6 +520,45 @@ describe('jobs', () => {
       .where('job_id', '=', sessionJobId(jobId))
       .execute();
     expect(sessions).toEqual([]);
+  });
+
+  it("runs a job on the session whose start committed though the placer lost the start's answer", {
+    timeout: 60_000,
+  }, async () => {
+    const renter = await rig.renter();
+    const db = rig.billing.ctx.db as Kysely<BillingDB> & { transaction: Kysely<BillingDB>['transaction'] };
+    const transaction = db.transaction.bind(db);
+    let jobId = '';
+    let lost: string | undefined;
+    // The connection is cut as the COMMIT of the job's session start is answered: committed, and the placer sees an
+    // error. Every other transaction goes on as it would.
+    db.transaction = () => {
+      const builder = transaction();
+      const execute = builder.execute.bind(builder);
+      builder.execute = async <T>(fn: (trx: Transaction<BillingDB>) => Promise<T>): Promise<T> => {
+        const result = await execute(fn);
+        const session = (result as { session?: { id: string; job_id: string } } | undefined)?.session;
+        if (!lost && jobId && session?.job_id === sessionJobId(jobId)) {
+          lost = session.id;
+          throw new Error('Connection terminated unexpectedly');
+        }
+        return result;
+      };
+      return builder;
+    };
+    try {
+      const res = await submit(renter, { workload: { command: ['sleep', '1'], max_runtime_seconds: 60 } });
+      jobId = res.json().id;
+      const done = await until(() => job(renter, jobId), ended, 40_000);
+      // The attempt the placer wrote is that session's, kept, and the job ran on it: not placed again, nor stuck.
+      expect(lost).toBeDefined();
+      expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded', session_id: lost });
+      expect(done.attempts).toHaveLength(1);
+      expect(done.attempts[0]).toMatchObject({ session_id: lost, end_reason: 'workload_exited' });
+      expect(done.spent).toBe(done.attempts[0].cost);
+    } finally {
+      delete (db as { transaction?: unknown }).transaction;
+    }
   });
 
   it("two placers at once (and the background's) place each of 50 jobs once", { timeout: 180_000 }, async () => {
