@@ -72,17 +72,19 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
 /** Signs out every device of the user but the caller's own (`includeCurrent`: that one too); how many were. */
 export async function signOutOthers(ctx: AuthContext, actor: Principal, includeCurrent: boolean): Promise<number> {
   const userId = signedInUser(actor, 'their sign-ins');
-  const before = await countLiveSignIns(ctx.db, userId, new Date());
-  await revokingSignIns(ctx, userId, (trx) =>
-    revokeUserFamilies(trx, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId),
-  );
-  const after = await countLiveSignIns(ctx.db, userId, new Date());
+  // Counted under the account's lock too: a login or refresh writing a sign-in meanwhile is not counted as signed out.
+  const signedOut = await revokingSignIns(ctx, userId, async (trx) => {
+    const now = new Date();
+    const before = await countLiveSignIns(trx, userId, now);
+    await revokeUserFamilies(trx, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
+    return before - (await countLiveSignIns(trx, userId, now));
+  });
   await audit(
     ctx,
     { action: 'signed_out_all', actor, target: `user:${userId}`, details: { include_current: includeCurrent } },
     'devices signed out',
   );
-  return before - after;
+  return signedOut;
 }
 
 /** Changes the user's password (the current one checked), and signs out every other device. */
