@@ -528,7 +528,6 @@ describe('jobs', () => {
     const renter = await rig.renter();
     const db = rig.billing.ctx.db as Kysely<BillingDB> & { transaction: Kysely<BillingDB>['transaction'] };
     const transaction = db.transaction.bind(db);
-    let jobId = '';
     let lost: string | undefined;
     // The connection is cut as the COMMIT of the job's session start is answered: committed, and the placer sees an
     // error. Every other transaction goes on as it would.
@@ -537,8 +536,9 @@ describe('jobs', () => {
       const execute = builder.execute.bind(builder);
       builder.execute = async <T>(fn: (trx: Transaction<BillingDB>) => Promise<T>): Promise<T> => {
         const result = await execute(fn);
-        const session = (result as { session?: { id: string; job_id: string } } | undefined)?.session;
-        if (!lost && jobId && session?.job_id === sessionJobId(jobId)) {
+        // The renter's (a renter of this test alone) job session: whatever the placer is at when the submit answers.
+        const session = (result as { session?: { id: string; user_id: string; job_id: string } } | undefined)?.session;
+        if (!lost && session?.user_id === renter.id && session.job_id.startsWith('job:')) {
           lost = session.id;
           throw new Error('Connection terminated unexpectedly');
         }
@@ -548,7 +548,7 @@ describe('jobs', () => {
     };
     try {
       const res = await submit(renter, { workload: { command: ['sleep', '1'], max_runtime_seconds: 60 } });
-      jobId = res.json().id;
+      const jobId = res.json().id;
       const done = await until(() => job(renter, jobId), ended, 40_000);
       // The attempt the placer wrote is that session's, kept, and the job ran on it: not placed again, nor stuck.
       expect(lost).toBeDefined();
