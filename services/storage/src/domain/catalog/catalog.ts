@@ -14,7 +14,7 @@
  * This module is the port the domain needs; `db/object-repository.ts` implements it over PostgreSQL or PGlite.
  */
 import type { BucketOwners } from '../bucket-owners.ts';
-import type { ObjectEntry } from '../store.ts';
+import type { ObjectEntry, ObjectHead } from '../store.ts';
 
 /** An object as the catalog holds it. */
 export interface CatalogObject {
@@ -25,6 +25,19 @@ export interface CatalogObject {
   etag?: string;
   ownerId?: string;
   lastModified?: Date;
+}
+
+/** The row of an object as the store's HEAD describes it. */
+export function catalogRow(bucket: string, key: string, head: ObjectHead, ownerId: string | undefined): CatalogObject {
+  return {
+    bucket,
+    key,
+    size: head.contentLength,
+    contentType: head.contentType,
+    etag: head.etag,
+    lastModified: head.lastModified,
+    ownerId,
+  };
 }
 
 /** Rows of one bucket in key order (UTF-8 bytes), from a position on. */

@@ -24,7 +24,7 @@ import type {
   StorePageRequest,
   UploadRequest,
 } from '../store.ts';
-import type { ObjectCatalog, ObjectOwners } from './catalog.ts';
+import { catalogRow, type ObjectCatalog, type ObjectOwners } from './catalog.ts';
 
 export class CatalogedStore implements ObjectStore {
   constructor(
@@ -99,16 +99,7 @@ export class CatalogedStore implements ObjectStore {
         await this.write(() => catalog.remove(bucket, key));
         return undefined;
       }
-      const row = {
-        bucket,
-        key,
-        size: head.contentLength,
-        contentType: head.contentType,
-        etag: head.etag,
-        lastModified: head.lastModified,
-        ownerId: ownerOf(key),
-      };
-      await this.write(() => catalog.put([row], { latest: true }));
+      await this.write(() => catalog.put([catalogRow(bucket, key, head, ownerOf(key))], { latest: true }));
       return head;
     });
   }

@@ -28,7 +28,7 @@
 import { forEachLimited, type Logger } from '@gpu/common';
 import type { BucketOwners } from '../bucket-owners.ts';
 import type { ObjectEntry, ObjectHead, ObjectStore } from '../store.ts';
-import type { ObjectCatalog, ObjectOwners, SweepPosition } from './catalog.ts';
+import { catalogRow, type ObjectCatalog, type ObjectOwners, type SweepPosition } from './catalog.ts';
 
 /** Keys per store listing page. */
 const PAGE = 1000;
@@ -311,16 +311,7 @@ export class Reconciler {
           if ((err as { code?: string }).code !== 'OBJECT_NOT_FOUND') throw err;
           return;
         }
-        const row = {
-          bucket,
-          key: o.key,
-          size: head.contentLength,
-          contentType: head.contentType,
-          etag: head.etag,
-          lastModified: head.lastModified,
-          ownerId: ownerOf(o.key),
-        };
-        await locked.put([row], { staleBefore: since });
+        await locked.put([catalogRow(bucket, o.key, head, ownerOf(o.key))], { staleBefore: since });
       }),
     );
   }
