@@ -130,7 +130,7 @@ export { type App, accessVerifier, type CreateAppOptions, createApp } from './ht
 export { auditHook } from './http/audit-hook.ts';
 export { auditTrailRoute } from './http/audit-route.ts';
 export { onBodyCut } from './http/body-cut.ts';
-export { ifMatchHeader, ifMatchHolds } from './http/conditions.ts';
+export { ifMatchHeader, ifMatchHolds, sameEntityTag } from './http/conditions.ts';
 export { PROBLEM_CONTENT_TYPE, sendProblem, toAppError } from './http/error-handler.ts';
 export { listenForGateway } from './http/gateway-socket.ts';
 export type { HealthCheck } from './http/health.ts';

@@ -17,3 +17,15 @@ export function ifMatchHolds(header: string, current: string | undefined): boole
   // `*`: any current representation; a tag: the same strong tag.
   return tags.includes('*') || (!current.startsWith('W/') && tags.includes(current));
 }
+
+/** An entity tag without the quotes around it (stores and clients write them either way); blanks trimmed. */
+const bareTag = (tag: string) => tag.trim().replace(/^"(.*)"$/, '$1');
+
+/**
+ * Whether two entity tags name the same version, each given with or without its quotes (a part's ETag as a client
+ * echoes it, a source's as the store tags it). A weak tag (`W/"..."`) names no version to compare strongly.
+ */
+export function sameEntityTag(a: string, b: string): boolean {
+  const left = bareTag(a);
+  return !left.startsWith('W/') && left !== '' && left === bareTag(b);
+}

@@ -8,7 +8,16 @@
  * be (`domain/access.ts`; an upload's destination was checked when it started); an end without `bucket` is a key of
  * the caller's folder of the default bucket, as the default-bucket routes name it.
  */
-import { assertScope, callerOf, durationMs, errors, type Principal, type RoutePlugin, scopeAllows } from '@gpu/common';
+import {
+  assertScope,
+  callerOf,
+  durationMs,
+  errors,
+  type Principal,
+  type RoutePlugin,
+  sameEntityTag,
+  scopeAllows,
+} from '@gpu/common';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { type ResolvedTarget, STORAGE_ROLES } from '../domain/access.ts';
@@ -262,8 +271,7 @@ export const objectCopyRoute: RoutePlugin<StorageContext> = async (app, ctx) => 
       const record = await ctx.uploads.get(owner, request.params.uploadId);
       const head = await existingObject(ctx.store, source);
       // That very version, named as the store tags it (with or without its quotes): no `*`, no list.
-      const unquoted = (tag: string) => tag.trim().replace(/^"(.*)"$/, '$1');
-      if (!head.etag || unquoted(request.body.source_etag) !== unquoted(head.etag)) throw storageErrors.sourceChanged();
+      if (!head.etag || !sameEntityTag(request.body.source_etag, head.etag)) throw storageErrors.sourceChanged();
       const range = RANGE.exec(request.body.range ?? '');
       const free = await slots.take(owner);
       try {

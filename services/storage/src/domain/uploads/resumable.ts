@@ -19,7 +19,7 @@
  *   the last at least 5 MiB, a part sent again replaces the one before.
  */
 import { randomUUID } from 'node:crypto';
-import { errors, type Logger } from '@gpu/common';
+import { errors, type Logger, sameEntityTag } from '@gpu/common';
 import { storageErrors } from '../../errors.ts';
 import type { ResolvedTarget } from '../access.ts';
 import {
@@ -287,7 +287,6 @@ export class Uploads {
   async complete(record: UploadRecord, chosen?: StoredPart[]): Promise<void> {
     const held = await this.parts(record);
     const byNumber = new Map(held.map((p) => [p.partNumber, p]));
-    const unquote = (etag: string) => etag.replaceAll('"', '');
     let parts: PartInfo[];
     if (chosen) {
       parts = chosen.map((c, i) => {
@@ -298,7 +297,7 @@ export class Uploads {
         }
         const part = byNumber.get(c.partNumber);
         if (!part) throw storageErrors.partsChanged(`part ${c.partNumber} was never stored`);
-        if (unquote(part.etag) !== unquote(c.etag)) {
+        if (!sameEntityTag(part.etag, c.etag)) {
           throw storageErrors.partsChanged(`part ${c.partNumber} has ETag ${part.etag} now, not ${c.etag}`);
         }
         return part;
