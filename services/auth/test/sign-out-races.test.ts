@@ -9,24 +9,38 @@ import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { bearer, GOOD_PASSWORD, registerAndLogin, testConfig, useAuth } from './helpers.ts';
 
-// Rate limits on: a refresh counts its account's refreshes inside its transaction, which is where it is held here.
+// Rate limits on: a refresh counts its account's refreshes inside its transaction, before it holds the account.
 const auth = useAuth(testConfig({ rate_limit: { enabled: true } }));
 
 const refresh = (token: string) =>
   auth.app.inject({ method: 'POST', url: '/api/v1/auth/refresh', payload: { refresh_token: token } });
 
-/**
- * Holds the account's refresh count (its rate-limit row) while `during` runs: a refresh of the account waits there,
- * its token read and locked, its new token not written yet.
- */
-async function holdingRefreshes(userId: string, during: () => Promise<void>): Promise<void> {
+/** Holds the rows that `sql` selects while `during` runs: a request that needs one waits there. */
+async function holding(rows: ReturnType<typeof sql>, during: () => Promise<void>): Promise<void> {
   await auth.db.transaction().execute(async (trx) => {
-    const held = await sql`
-      SELECT 1 FROM rate_limits WHERE name = 'refresh-account' AND key = ${userId} FOR UPDATE`.execute(trx);
-    expect(held.rows).toHaveLength(1);
+    const held = await rows.execute(trx);
+    expect(held.rows.length).toBeGreaterThan(0);
     await during();
   });
 }
+
+/**
+ * Holds the account's refresh tokens while `during` runs: a refresh of the account waits there, the account held
+ * shared, its new token not written yet.
+ */
+const holdingTokens = (userId: string, during: () => Promise<void>) =>
+  holding(sql`SELECT 1 FROM refresh_tokens WHERE user_id = ${userId} FOR UPDATE`, during);
+
+/** Holds the account's refresh count (its rate-limit row) while `during` runs: a refresh waits there, before all else. */
+const holdingCount = (userId: string, during: () => Promise<void>) =>
+  holding(sql`SELECT 1 FROM rate_limits WHERE name = 'refresh-account' AND key = ${userId} FOR UPDATE`, during);
+
+const signOutAll = (accessToken: string) =>
+  auth.app.inject({
+    method: 'DELETE',
+    url: '/api/v1/auth/sign-ins?include_current=true',
+    headers: bearer(accessToken),
+  });
 
 describe('a sign-out that meets a refresh under way', () => {
   for (const how of ['logout', 'sign-out', 'sign-out-all'] as const) {
@@ -40,7 +54,7 @@ describe('a sign-out that meets a refresh under way', () => {
       const family = signIns.find((s) => s.current)!.id;
       let refreshed: ReturnType<typeof refresh> | undefined;
       let signedOut: Promise<{ statusCode: number; body: string }> | undefined;
-      await holdingRefreshes(user.id, async () => {
+      await holdingTokens(user.id, async () => {
         refreshed = refresh(current.refresh_token);
         await lockWaiters(auth.db, 1);
         signedOut =
@@ -50,12 +64,13 @@ describe('a sign-out that meets a refresh under way', () => {
                 url: '/api/v1/auth/logout',
                 payload: { refresh_token: current.refresh_token },
               })
-            : auth.app.inject({
-                method: 'DELETE',
-                url:
-                  how === 'sign-out' ? `/api/v1/auth/sign-ins/${family}` : '/api/v1/auth/sign-ins?include_current=true',
-                headers: bearer(current.access_token),
-              });
+            : how === 'sign-out'
+              ? auth.app.inject({
+                  method: 'DELETE',
+                  url: `/api/v1/auth/sign-ins/${family}`,
+                  headers: bearer(current.access_token),
+                })
+              : signOutAll(current.access_token);
         // The sign-out waits for the refresh (the account it locks is held shared by it).
         await lockWaiters(auth.db, 2);
       });
@@ -68,6 +83,26 @@ describe('a sign-out that meets a refresh under way', () => {
       expect(again.json().code).toBe('REFRESH_TOKEN_REVOKED');
     });
   }
+});
+
+describe('a sign-out of every device that meets refreshes waiting for their count', () => {
+  it('goes through at once: a refresh holds the account only once counted, then finds its token revoked', async () => {
+    const { tokens, user } = await registerAndLogin(auth.app);
+    // A first refresh counts the account (its rate-limit row, held below).
+    const current = (await refresh(tokens.refresh_token)).json();
+    let refreshed: ReturnType<typeof refresh> | undefined;
+    await holdingCount(user.id, async () => {
+      // Queued behind the count (as each of a stream of refreshes queues behind the one before), holding nothing of
+      // the account: had it held the account shared, the sign-out would wait for it, and so for this hold.
+      refreshed = refresh(current.refresh_token);
+      await lockWaiters(auth.db, 1);
+      const out = await signOutAll(current.access_token);
+      expect(out.statusCode, out.body).toBeLessThan(300);
+    });
+    const made = await refreshed!;
+    expect(made.statusCode, made.body).toBe(401);
+    expect(made.json().code).toBe('REFRESH_TOKEN_REVOKED');
+  });
 });
 
 describe('a password change that meets a login under way', () => {

@@ -11,7 +11,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { durationMs } from '@gpu/common';
 import type { Kysely } from 'kysely';
-import { findRefreshToken, findRefreshTokenForUpdate, markUsed, revokeFamily } from '../db/refresh-token-repository.ts';
+import {
+  findRefreshToken,
+  findRefreshTokenForUpdate,
+  markUsed,
+  type RefreshTokenRow,
+  revokeFamily,
+} from '../db/refresh-token-repository.ts';
 import type { AuthDatabase } from '../db/schema.ts';
 import type { DeviceWrite } from '../db/trusted-device-repository.ts';
 import { findUserForLogin, lockUser, shareUser, type UserRow, updatePasswordHash } from '../db/user-repository.ts';
@@ -134,6 +140,18 @@ type RefreshOutcome =
   | { pair: TokenPair }
   | { failure: 'invalid' | 'expired' | 'revoked' | 'reused' | 'gone'; familyId?: string; userId?: string };
 
+/** Why a token as read refreshes nothing (each state is for good: a token is never unrevoked, nor made younger). */
+function spentToken(row: RefreshTokenRow, now: Date, reuseIntervalMs: number): RefreshOutcome | undefined {
+  const ids = { familyId: row.family_id, userId: row.user_id };
+  if (row.revoked_at) return { failure: 'revoked', ...ids };
+  if (new Date(row.expires_at) <= now) return { failure: 'expired', ...ids };
+  // Revoked after this transaction, with the account locked (a refresh of the family under way finishes first).
+  if (row.used_at && now.getTime() - new Date(row.used_at).getTime() > reuseIntervalMs) {
+    return { failure: 'reused', ...ids };
+  }
+  return undefined;
+}
+
 /** Exchanges a refresh token for a new access token and a new refresh token. */
 export async function refresh(
   ctx: AuthContext,
@@ -146,22 +164,22 @@ export async function refresh(
   const reuseIntervalMs = durationMs(ctx.config.jwt.refresh_reuse_interval);
   const hash = hashRefreshToken(refreshToken);
   const outcome = await ctx.db.transaction().execute(async (trx): Promise<RefreshOutcome> => {
-    // The account first, shared (a revocation of its sign-ins takes it alone: revokingSignIns), then the token.
     const seen = await findRefreshToken(trx, hash);
     if (!seen) return { failure: 'invalid' };
+    const early = spentToken(seen, new Date(), reuseIntervalMs);
+    if (early) return early;
+    // Counted before the account is held (on the transaction's connection: no second one is taken meanwhile), so that
+    // the refreshes the account's limit refuses hold nothing: a stream of them, each holding the account shared,
+    // could otherwise keep a sign-out of every device (which takes it alone) waiting for as long as it lasts.
+    await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', seen.user_id, trx);
+    // The account, shared (a revocation of its sign-ins takes it alone: revokingSignIns), then the token.
     const user = await shareUser(trx, seen.user_id);
     const row = await findRefreshTokenForUpdate(trx, hash);
     if (!row) return { failure: 'invalid' };
     const now = new Date();
     const ids = { familyId: row.family_id, userId: row.user_id };
-    if (row.revoked_at) return { failure: 'revoked', ...ids };
-    if (new Date(row.expires_at) <= now) return { failure: 'expired', ...ids };
-    // Revoked after this transaction, with the account locked (a refresh of the family under way finishes first).
-    if (row.used_at && now.getTime() - new Date(row.used_at).getTime() > reuseIntervalMs) {
-      return { failure: 'reused', ...ids };
-    }
-    // Counted on the transaction's connection: no second connection is taken while this one is held.
-    await ctx.limiter.consume(limits.refresh_per_account, 'refresh-account', row.user_id, trx);
+    const refused = spentToken(row, now, reuseIntervalMs);
+    if (refused) return refused;
     if (!user) return { failure: 'gone', ...ids };
     // A sign-in of the account's epoch before: whoever proved the address started it afresh (accounts/epochs.ts).
     if (row.epoch !== user.epoch) return { failure: 'revoked', ...ids };
