@@ -65,6 +65,19 @@ describe('refusals', () => {
     expect((await h.app.inject({ method: 'GET', url: '/api/v1/billing/current-usage/nope' })).statusCode).toBe(400);
   });
 
+  it("names jobs per renter: another renter's running job of the same name refuses nobody", async () => {
+    const jobId = `nightly-${crypto.randomUUID()}`;
+    const [victim, other] = [await parties(h, '20'), await parties(h, '20')];
+    // Another renter (a machine's owner sees the job_id of the sessions on it) starts first under the victim's name.
+    expect((await start(h, startBody(other, H100_X1, jobId))).statusCode).toBe(201);
+    const own = await start(h, startBody(victim, H100_X1, jobId));
+    expect(own.statusCode, own.body).toBe(201);
+    // The renter's own job still runs one session at a time.
+    const again = await start(h, startBody(victim, H100_X1, jobId));
+    expect(again.statusCode).toBe(409);
+    expect(again.json().code).toBe('SESSION_ALREADY_RUNNING');
+  });
+
   it('replays a start with the same Idempotency-Key instead of holding twice', async () => {
     const p = await parties(h, '20');
     const body = startBody(p, H100_X1);

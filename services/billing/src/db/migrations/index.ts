@@ -39,6 +39,7 @@ import { usageRecordSessionCheckMigration } from './0035-usage-record-session-ch
 import { usageRecordKeyMigration } from './0036-usage-record-key.ts';
 import { rateLimitsMigration } from './0037-rate-limits.ts';
 import { finalCheckpointSaidMigration } from './0038-final-checkpoint-said.ts';
+import { runningJobPerRenterMigration } from './0039-running-job-per-renter.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -80,5 +81,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0036-usage-record-key': usageRecordKeyMigration,
     '0037-rate-limits': rateLimitsMigration,
     '0038-final-checkpoint-said': finalCheckpointSaidMigration,
+    '0039-running-job-per-renter': runningJobPerRenterMigration,
   };
 }
