@@ -12,7 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registrySessionPublisher } from '../services/billing/src/adapters/registry-sessions.ts';
 import { base58Encode } from '../services/billing/src/domain/chain/base58.ts';
 import { followJobs, placeJobs } from '../services/billing/src/domain/jobs/index.ts';
+import { Dec } from '../services/billing/src/domain/ledger/index.ts';
 import { announcePrices } from '../services/billing/src/domain/pricing/provider-rates.ts';
+import { endWorkloadsNeverStarted } from '../services/billing/src/domain/workloads/index.ts';
 import type { BillingHarness } from '../services/billing/test/support/setup.ts';
 import { gpu, providerBody } from '../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from './support/auth-and-registry.ts';
@@ -37,6 +39,11 @@ const H100 = { model_name: 'NVIDIA H100 80GB HBM3', vram: 81559, power_consumpti
 
 /** An 8-GPU machine at the real registry (in `location`); its owner sets `floor` (null: it takes no bids). */
 async function machine(floor: string | null, location?: string): Promise<string> {
+  return (await ownedMachine(floor, location)).id;
+}
+
+/** `machine`, with its owner's headers (who may report its workloads as its daemon does). */
+async function ownedMachine(floor: string | null, location?: string): Promise<{ id: string; owner: Headers }> {
   const { user, tokens } = await platform.verifiedUser(['provider']);
   const headers = { authorization: `Bearer ${tokens.access_token}` };
   const res = await fetch(`${platform.registryUrl}/providers`, {
@@ -57,7 +64,7 @@ async function machine(floor: string | null, location?: string): Promise<string>
     expect(rates.statusCode, rates.body).toBe(200);
     expect(rates.json().bid_floor).toBe(floor);
   }
-  return id;
+  return { id, owner: headers };
 }
 
 interface Renter {
@@ -283,6 +290,51 @@ describe('interruptible leases at a bid', () => {
     expect(free.json().session.billed_from).toBeNull();
     const freeEnd = await call('POST', '/billing/end-session', taker.headers, { session_id: free.json().session.id });
     expect(freeEnd.json().billing_record).toMatchObject({ billed_minutes: 0, total_cost: '0.000000' });
+    expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
+  it('bills a start that took GPUs back only its first minute when its machine never runs its workload', async () => {
+    const workload = { workload: { command: ['true'], max_runtime_seconds: 600 } };
+    /** A session that took a bid's 8 GPUs back, as if started `minutes` ago (its clock, preparation included). */
+    const takenBack = async (owned: { id: string }, minutes: number) => {
+      const [victim, taker] = await Promise.all([renter(), renter()]);
+      expect((await start(victim, owned.id, 8, '1')).statusCode).toBe(201);
+      const taking = await start(taker, owned.id, 8, null, {}, workload);
+      expect(taking.statusCode, taking.body).toBe(201);
+      const id = taking.json().session.id as string;
+      const since = new Date(Date.now() - minutes * 60_000);
+      await billing.db
+        .updateTable('rental_sessions')
+        .set({ started_at: since, billed_from: since })
+        .where('id', '=', id)
+        .execute();
+      await billing.db
+        .updateTable('session_workloads')
+        .set({ created_at: since })
+        .where('session_id', '=', id)
+        .execute();
+      return id;
+    };
+    const firstMinuteOnly = async (id: string) => {
+      const row = await sessionRow(id);
+      expect(row).toMatchObject({ end_reason: 'workload_not_started', billed_minutes: 1 });
+      // One minute of 8 H100s at the machine's rate: its total hourly rate / 60, no more.
+      expect(row.total_cost).toBe(new Dec(row.total_hourly_rate).div(60).toFixed(6));
+    };
+    // Its daemon says the image could not be pulled (the machine's fault) four and a half minutes in.
+    const pulled = await ownedMachine('0.5');
+    const failed = await takenBack(pulled, 4.5);
+    const report = await call('POST', `/billing/sessions/${failed}/workload/state`, pulled.owner, {
+      state: 'failed',
+      at: new Date().toISOString(),
+      reason: 'image_pull_failed',
+    });
+    expect(report.statusCode, report.body).toBe(200);
+    await firstMinuteOnly(failed);
+    // Its daemon never starts it: the start deadline (5 minutes) ends it.
+    const silent = await takenBack(await ownedMachine('0.5'), 6);
+    expect(await endWorkloadsNeverStarted(billing.ctx)).toBeGreaterThanOrEqual(1);
+    await firstMinuteOnly(silent);
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 

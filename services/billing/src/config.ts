@@ -156,7 +156,8 @@ export const billingConfigSchema = z.object({
       max_clock_skew: zDuration().default('5m'),
       /**
        * How long a session's workload may take from the session's start to running (the daemon picking it up,
-       * preparing its sandbox); past it the session ends, nothing billed (`workload_not_started`, the machine's fault).
+       * preparing its sandbox); past it the session ends, nothing billed (`workload_not_started`, the machine's
+       * fault; one that took GPUs back pays its first minute).
        */
       workload_start_timeout: zDuration().default('5m'),
       /**

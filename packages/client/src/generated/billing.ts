@@ -1231,7 +1231,7 @@ export interface components {
             elapsed_minutes: number;
             /** Format: int64 */
             elapsed_seconds: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed; one that took GPUs back, its first minute); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
             end_reason: string | null;
             /**
              * Format: int64
@@ -1762,7 +1762,7 @@ export interface components {
             billed_from?: string | null;
             /** Format: int64 */
             billed_minutes: number;
-            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
+            /** @description why it ended: billing ended it for `spend_cap` (its cap reached), `insufficient_funds` (grace over), `provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: `ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, `workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing billed; one that took GPUs back, its first minute); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took (`preempted_by`); null while it runs */
             end_reason: string | null;
             ended_at: string | null;
             /** Format: int64 */

@@ -89,7 +89,7 @@ export const sessionSchema = z
           '`provider_offline`, `provider_maintenance`, `provider_error` or `provider_removed`; a party ended it: ' +
           '`ended` or the reason it gave; a workload ended it: `workload_exited`, `workload_max_runtime`, ' +
           '`workload_limit`, `workload_failed`, `workload_stopped`, or `workload_not_started` (it never ran, nothing ' +
-          'billed); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took ' +
+          'billed; one that took GPUs back, its first minute); `preempted`: an interruptible session whose GPUs a higher bid or an on-demand start took ' +
           '(`preempted_by`); null while it runs',
       ),
     workload: z

@@ -105,17 +105,20 @@ export function reportedStop(ctx: BillingContext, session: SessionRow, from: Dat
  * When a session ending now ends (`now`, or the earlier time its workload stopped), and the minutes that bills: every
  * started minute for a normal end, to the last full minute for a termination, never fewer than billed so far; minutes
  * known to have been delivered (a machine gone offline; a workload that ended at `at`) exactly, even below those
- * billed so far (those were only held, never captured).
+ * billed so far (those were only held, never captured), and so are the few started minutes a session whose workload
+ * never ran may cost (`startedMinutesAtMost`).
  */
 export function endOf(session: SessionRow, kind: EndKind, now: Date): { endedAt: Date; minutes: number } {
   const endedAt = kind.status === 'completed' && kind.at && kind.at < now ? kind.at : now;
   const elapsed = billedElapsedMs(session, endedAt);
   const minutes =
-    kind.status === 'terminated' && kind.deliveredMinutes !== undefined
-      ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
-      : endedAt < now
-        ? billableMinutes(elapsed, true)
-        : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
+    kind.startedMinutesAtMost !== undefined
+      ? Math.min(kind.startedMinutesAtMost, billableMinutes(elapsed, true))
+      : kind.status === 'terminated' && kind.deliveredMinutes !== undefined
+        ? Math.min(kind.deliveredMinutes, billableMinutes(elapsed, false))
+        : endedAt < now
+          ? billableMinutes(elapsed, true)
+          : Math.max(billableMinutes(elapsed, kind.status === 'completed'), session.billed_minutes);
   return { endedAt, minutes };
 }
 

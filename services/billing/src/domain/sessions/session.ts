@@ -17,8 +17,11 @@ export const RUNNING_STATUSES = ['active', 'grace_period'] as const satisfies re
 /** Whether a session is still running (billed, usage accepted). */
 export const isRunning = (s: { status: string }) => (RUNNING_STATUSES as readonly string[]).includes(s.status);
 
-/** How a session ends: `completed` (at `at` when it ended before now), or `terminated` with its reason. */
-export type EndKind =
+/**
+ * How a session ends: `completed` (at `at` when it ended before now), or `terminated` with its reason; with
+ * `startedMinutesAtMost`, billed no more than that many of its started minutes (a workload that never ran).
+ */
+export type EndKind = { startedMinutesAtMost?: number } & (
   | {
       status: 'completed';
       reason?: string;
@@ -33,7 +36,8 @@ export type EndKind =
        * exactly, even below the minutes billed so far (those were only held, never captured).
        */
       deliveredMinutes?: number;
-    };
+    }
+);
 
 /** The frozen rates of a session. */
 export function sessionRates(s: SessionRow): HourlyRates {

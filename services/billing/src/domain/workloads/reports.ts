@@ -9,7 +9,8 @@
  *   its last started minute, with the workload's end reason (`sessionEndReason`); a stop after the session ended (it
  *   ended first, for any reason) only records when the workload stopped: nothing after the session's end is billed.
  * - A workload still `pending` or `preparing` `billing.workload_start_timeout` after its session started ends its
- *   session (`terminated`, `workload_not_started`, nothing billed; a fault of the machine's) and is marked `failed`.
+ *   session (`terminated`, `workload_not_started`, nothing billed, or only the first minute of one that took GPUs back;
+ *   a fault of the machine's) and is marked `failed`; so does a report that it failed for the machine's fault.
  *
  * `preparing` and `running` for a session that has ended are refused (409 SESSION_NOT_ACTIVE): the daemon starts
  * nothing for it, and stops what it started. A `running` time is never before the `preparing` report.
@@ -36,6 +37,13 @@ import {
   startClock,
 } from '../sessions/index.ts';
 import { isEnded, movesForward, sessionEndReason, type Workload, type WorkloadReport } from './workload.ts';
+
+/**
+ * The most started minutes a session whose workload never ran (`workload_not_started`: the machine's fault) pays: none
+ * for one billed from its workload's start (its clock never started), the first for one that took GPUs back (billed
+ * from its start: no eviction is free, and a machine that never starts an evicting renter's work earns no more).
+ */
+const NEVER_RAN_MINUTES = 1;
 
 /** A workload row as the domain's value. */
 function workloadOf(row: WorkloadRow): Workload {
@@ -146,7 +154,8 @@ async function endWorkload(
   });
   if (!isRunning(session)) return { session, workload: workloadOf(written) };
   const reason = sessionEndReason(report) ?? 'workload_stopped';
-  const end = await finishSession(ctx, trx, session, { status: 'completed', reason, at }, correlationId);
+  const neverRan = reason === 'workload_not_started' ? { startedMinutesAtMost: NEVER_RAN_MINUTES } : {};
+  const end = await finishSession(ctx, trx, session, { status: 'completed', reason, at, ...neverRan }, correlationId);
   return { session: end.session, workload: workloadOf(written) };
 }
 
@@ -165,7 +174,11 @@ export async function endWorkloadsNeverStarted(ctx: BillingContext, pageSize = 1
       if (!row || !isRunning(session) || movesForward('preparing', row.state)) return;
       const now = ctx.now();
       await updateWorkload(trx, id, { state: 'failed', reason: 'not_started', ended_at: now, updated_at: now });
-      await finishSession(ctx, trx, session, { status: 'terminated', reason: 'workload_not_started' });
+      await finishSession(ctx, trx, session, {
+        status: 'terminated',
+        reason: 'workload_not_started',
+        startedMinutesAtMost: NEVER_RAN_MINUTES,
+      });
       await stateNotedLeases(ctx, trx);
       ended++;
     });
