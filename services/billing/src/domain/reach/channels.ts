@@ -167,9 +167,23 @@ export function bridge(
   let bytesIn = 0;
   let bytesOut = 0;
   let finished = false;
+  // The program's output is its standard output and its standard error, two streams of one SSH channel: both wait
+  // while the renter's side is full (each paused leaves the window it fills ungranted, so the machine stops sending).
+  // Holding back one alone let the other flow as fast as the machine wrote, into memory, past the session's meter.
+  const output = {
+    pause: () => {
+      channel.pause();
+      channel.stderr.pause();
+    },
+    resume: () => {
+      channel.resume();
+      channel.stderr.resume();
+    },
+    isPaused: () => channel.isPaused() && channel.stderr.isPaused(),
+  };
   const send = (id: number, data: Buffer) => {
     bytesOut += data.length;
-    sendPaced(socket, Buffer.concat([Buffer.of(id), data]), channel, opts.meter);
+    sendPaced(socket, Buffer.concat([Buffer.of(id), data]), output, opts.meter);
   };
   const finish = (status: string) => {
     if (finished) return;

@@ -119,6 +119,11 @@ export function serveRenterSsh(
   meterSocket(socket, deps.meter);
   const stream = createWebSocketStream(socket) as Duplex;
   stream.on('error', () => {});
+  const transport = coalesceWrites(stream);
+  const outbound = outboundHold(
+    () => transport.writableLength + stream.writableLength + socket.bufferedAmount,
+    () => ended,
+  );
   let connection: Connection | undefined;
   const server = new ssh2.Server({ hostKeys: [deps.hostKey], ident: 'gpu-platform' }, (client) => {
     connection = client;
@@ -129,7 +134,7 @@ export function serveRenterSsh(
       const program: { channel?: ServerChannel } = {};
       const release = deps.admit(() => program.channel?.close());
       if (!release) return reject();
-      serveSession(accept(), target, deps.relay, once(release), program);
+      serveSession(accept(), target, deps.relay, once(release), program, outbound);
     });
     client.on('tcpip', (accept, reject, info) => {
       const port = info.destPort;
@@ -145,7 +150,7 @@ export function serveRenterSsh(
             return release();
           }
           own = accept();
-          joinChannels(own, upstream);
+          joinChannels(own, upstream, outbound);
           own.once('close', release);
         },
         () => {
@@ -156,7 +161,7 @@ export function serveRenterSsh(
     });
   });
   server.on('error', (err: Error) => deps.logger.debug({ err }, 'reach: a renter SSH connection failed'));
-  server.injectSocket(coalesceWrites(stream) as never);
+  server.injectSocket(transport as never);
   let ended = false;
   const end = () => {
     if (ended) return;
@@ -172,6 +177,57 @@ export function serveRenterSsh(
   // Its machine's connection gone (a daemon restart): every channel on it is, and no new one could open.
   void target.link.closed.then(end);
   return { end };
+}
+
+/** The most a renter's SSH connection may have unsent before the machine's side of its channels waits. */
+const UNSENT_HIGH_WATER = 4 * 1024 * 1024;
+
+/** The machine's side of a renter's channels, held back while the renter's connection is full. */
+interface OutboundHold {
+  /** Holds `channel` (its output and its standard error) back with the others, from now until it closes. */
+  track(channel: ClientChannel): void;
+}
+
+/**
+ * Holds the machine's side of a renter's channels while their connection has more than `UNSENT_HIGH_WATER` unsent
+ * (`unsent()`), until half that (or the connection's end: `over()`). ssh2 writes whatever a channel's window allows
+ * into the connection, taken or not, and the window is the renter's client's to grant (up to 4 GiB, without reading
+ * a byte): by the window alone, a program's output could fill billing's memory. A channel paused grants the machine
+ * no more window, so the machine stops sending.
+ */
+function outboundHold(unsent: () => number, over: () => boolean): OutboundHold {
+  const channels = new Set<ClientChannel>();
+  let held = false;
+  const each = (f: (stream: ClientChannel | ClientChannel['stderr']) => void) => {
+    for (const channel of channels) {
+      f(channel);
+      f(channel.stderr);
+    }
+  };
+  const release = () => {
+    if (over() || unsent() <= UNSENT_HIGH_WATER / 2) {
+      held = false;
+      each((stream) => stream.resume());
+    } else setTimeout(release, 5);
+  };
+  const check = () => {
+    if (held || unsent() <= UNSENT_HIGH_WATER) return;
+    held = true;
+    each((stream) => stream.pause());
+    setTimeout(release, 5);
+  };
+  return {
+    track(channel) {
+      channels.add(channel);
+      channel.on('data', check);
+      channel.stderr.on('data', check);
+      if (held) {
+        channel.pause();
+        channel.stderr.pause();
+      }
+      channel.once('close', () => channels.delete(channel));
+    },
+  };
 }
 
 /** `f` once, however often it is called. */
@@ -229,6 +285,7 @@ function serveSession(
   relay: ReachRelay,
   release: () => void,
   program: { channel?: ServerChannel },
+  outbound: OutboundHold,
 ): void {
   let tty: { cols: number; rows: number; term: string } | null = null;
   const env: Record<string, string> = {};
@@ -290,7 +347,7 @@ function serveSession(
             return;
           }
           upstream = channel;
-          joinChannels(own, channel);
+          joinChannels(own, channel, outbound);
         },
         () => {
           own.stderr.write("gpu: the machine's connection did not take the program: try again\n");
@@ -311,12 +368,13 @@ function serveSession(
  * Joins the renter's channel to the machine's: bytes both ways with flow control, the end of input, standard error,
  * and how the program ended, then the close.
  */
-function joinChannels(own: ServerChannel, upstream: ClientChannel): void {
+function joinChannels(own: ServerChannel, upstream: ClientChannel, outbound: OutboundHold): void {
   own.on('error', () => {});
   upstream.on('error', () => {});
   own.pipe(upstream);
   upstream.pipe(own, { end: false });
   upstream.stderr.pipe(own.stderr, { end: false });
+  outbound.track(upstream);
   let exit: [number] | [string, boolean, string] | undefined;
   upstream.on('exit', (code: number | null, signal?: string, core?: boolean, message?: string) => {
     exit = signal ? [signal, core ?? false, message ?? ''] : [code ?? 0];
