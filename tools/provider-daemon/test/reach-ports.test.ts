@@ -812,6 +812,21 @@ describe("a browser at a workload port's own origin", () => {
     expect(fetched.status).toBe(403);
     expect(JSON.parse(fetched.body)).toMatchObject({ code: 'CROSS_ORIGIN_REQUEST' });
     expect((await atHost(host, '/', [...fromElsewhere, '-H', 'sec-fetch-mode: navigate'])).status).toBe(200);
+    // A form's POST from there is a navigation too, and the cookie (SameSite=Lax) goes with it from a sibling host.
+    const formPost = ['-H', 'sec-fetch-mode: navigate', '--data-binary', 'x'];
+    expect((await atHost(host, '/upload', [...fromElsewhere, ...formPost])).status).toBe(403);
+    // A browser that sends no Sec-Fetch headers: the Origin of its POST says where it came from.
+    const posting = (origin: string) =>
+      atHost(host, '/upload', ['-H', `cookie: ${cookie}`, '-H', `origin: ${origin}`, '--data-binary', 'x']);
+    expect((await posting(`http://${r.id}-9000.ports.localhost`)).status).toBe(403);
+    expect((await posting(`http://${host}`)).status).toBe(200);
+    // A cookie of the grant's name that another host's page set for the whole ports domain is passed over.
+    expect((await atHost(host, '/', ['-H', `cookie: gpu_port_grant=planted; ${cookie}`])).status).toBe(200);
+    // The workload's own cookies stay on its host: no `Domain`, and none named as the grant.
+    const setting = await atHost(host, '/set-cookie', ['-H', `cookie: ${cookie}`]);
+    expect(setting.status).toBe(200);
+    expect(setting.head).toMatch(/^set-cookie: theme=dark; Path=\/\s*$/im);
+    expect(setting.head).not.toMatch(/domain=|planted/i);
     // A link's path never sends the browser to another host (`//elsewhere` is one to a browser).
     const crafted = new URL((await linkFor(r.id, 8000, r.headers)).json().url);
     const away = await atHost(host, `//elsewhere.example/x${crafted.search}`);

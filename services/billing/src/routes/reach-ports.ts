@@ -32,6 +32,7 @@ import {
   type PortGrants,
   type ReachRelay,
   reachTarget,
+  refusedChannel,
   TICKET_PARAM,
   tooManyStreams,
 } from '../domain/reach/index.ts';
@@ -95,13 +96,52 @@ function cookiesForWorkload(header: string | undefined): string | undefined {
   return kept.length > 0 ? kept.join('; ') : undefined;
 }
 
-/** A cookie's value in a Cookie header. */
-function cookieOf(header: string | undefined, name: string): string | undefined {
+/** The values of the cookies named `name` in a Cookie header (a browser may send several: other paths, domains). */
+function cookiesOf(header: string | undefined, name: string): string[] {
+  const values: string[] = [];
   for (const part of (header ?? '').split(';')) {
     const at = part.indexOf('=');
-    if (at > 0 && part.slice(0, at).trim() === name) return part.slice(at + 1).trim();
+    if (at > 0 && part.slice(0, at).trim() === name) values.push(part.slice(at + 1).trim());
   }
-  return undefined;
+  return values;
+}
+
+/**
+ * The workload's `Set-Cookie` lines for the renter's browser, each held to the port's own host: a `Domain` attribute
+ * is dropped (a cookie for the whole ports domain would reach every other workload's host), and a cookie named as
+ * the platform's grant is not passed at all.
+ */
+function ownHostCookies(lines: string[]): string[] {
+  return lines
+    .filter((line) => line.slice(0, line.indexOf('=')).trim() !== GRANT_COOKIE)
+    .map((line) =>
+      line
+        .split(';')
+        .filter((attribute, i) => i === 0 || !/^\s*domain\s*=/i.test(attribute))
+        .join(';'),
+    );
+}
+
+/** Methods a page of another origin may send a renter's browser here with (a link followed: no change asked). */
+const SAFE_METHODS = new Set(['GET', 'HEAD']);
+
+/**
+ * Whether a request came from a page of another origin (another workload's port host is one: the same site) with a
+ * method that changes something, or for anything but a navigation: `Sec-Fetch-Site` says so where the browser sends
+ * it, else `Origin` (which browsers send with every such method).
+ */
+function crossOriginChange(request: FastifyRequest): boolean {
+  const site = request.headers['sec-fetch-site'];
+  const safe = SAFE_METHODS.has(request.method);
+  if (site === 'same-site' || site === 'cross-site') return !safe || request.headers['sec-fetch-mode'] !== 'navigate';
+  if (site !== undefined || safe) return false;
+  const origin = request.headers.origin;
+  if (origin === undefined) return false;
+  try {
+    return new URL(origin).host !== request.headers.host;
+  } catch {
+    return true;
+  }
 }
 
 /** Headers of one connection, never passed on (RFC 9110 §7.6.1), and the renter's credentials. */
@@ -167,7 +207,7 @@ function answerHeaders(res: http.IncomingMessage, prefix: string | null): Record
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(res.headers)) {
     if (value === undefined || NOT_PASSED.has(name) || named.includes(name)) continue;
-    out[name] = value;
+    out[name] = name === 'set-cookie' ? ownHostCookies(Array.isArray(value) ? value : [value]) : value;
   }
   const location = res.headers.location;
   if (prefix !== null && location?.startsWith('/') && !location.startsWith('//')) out.location = prefix + location;
@@ -226,7 +266,7 @@ export async function reachPortRoutes(
       channel = (await relay.forward(link, { sessionId: sessionID, port })) as unknown as Duplex;
     } catch (err) {
       untrack();
-      throw err;
+      throw refusedChannel(app.log, err);
     }
     return { channel, untrack };
   };
@@ -484,15 +524,15 @@ export async function reachPortRoutes(
       return null;
     }
     // Another site's page (another workload's port host is one: same site, another origin) may link here, never
-    // send requests here with the renter's cookie: only navigations come from elsewhere.
-    const site = request.headers['sec-fetch-site'];
-    if ((site === 'same-site' || site === 'cross-site') && request.headers['sec-fetch-mode'] !== 'navigate') {
+    // send requests here with the renter's cookie: only links followed (GET, HEAD) come from elsewhere; a form's POST
+    // is a navigation too, and the cookie (SameSite=Lax) goes with it from a sibling host.
+    if (crossOriginChange(request)) {
       throw errors.forbidden(
         "a request from another origin's page to a workload's port is refused (only links to it are followed)",
         'CROSS_ORIGIN_REQUEST',
       );
     }
-    const actor = await grants.actorOf(cookieOf(request.headers.cookie, GRANT_COOKIE), host);
+    const actor = await grants.actorOf(cookiesOf(request.headers.cookie, GRANT_COOKIE), host);
     return { sessionId: host.sessionId, port: host.port, actor, rest, prefix: null };
   };
 
@@ -508,7 +548,9 @@ export async function reachPortRoutes(
       'request is passed to `http://127.0.0.1:{port}/{path}` in the workload as it came (the cookie taken out; the ' +
       "workload's own `Authorization` passed), WebSocket upgrades too. 401 PORT_LINK_INVALID (a link opened already " +
       'or expired), PORT_SIGN_IN_REQUIRED (no cookie, or its credential withdrawn); 403 CROSS_ORIGIN_REQUEST (a page ' +
-      "of another origin's sending requests here with the cookie); then as the platform's path to the port.",
+      "of another origin's sending requests here with the cookie, a form's POST included: only links followed with " +
+      "GET or HEAD); then as the platform's path to the port. The workload's `Set-Cookie` is kept to this host " +
+      '(`Domain` dropped).',
     params: z.object({ '*': z.string().max(8192).describe("the path on the workload's server") }),
     response: {
       303: noBody("a link's ticket taken: the browser's cookie set (`Set-Cookie`), and the address without it"),

@@ -29,6 +29,7 @@ import {
   type ReachRelay,
   type ReachTarget,
   reachTarget,
+  refusedChannel,
   serveRenterSsh,
   tooManyStreams,
 } from '../domain/reach/index.ts';
@@ -421,20 +422,6 @@ export async function reachRoutes(
     }
   };
 
-  /** A channel the machine's connection did not take. */
-  const refusedChannel = (request: FastifyRequest, err: unknown): AppError => {
-    if (err instanceof AppError) return err;
-    request.log.warn({ err: (err as Error).message }, 'reach: the machine refused a channel');
-    return new AppError(
-      'unavailable',
-      'REACH_UNAVAILABLE',
-      "the machine's connection did not take the stream: try again",
-      {
-        headers: { 'retry-after': '1' },
-      },
-    );
-  };
-
   app.route({
     method: 'GET',
     url: '/api/v1/billing/reach/daemon',
@@ -560,7 +547,7 @@ export async function reachRoutes(
               tty: q.tty ? { cols: q.cols, rows: q.rows } : null,
             })
             .catch((err: unknown) => {
-              throw refusedChannel(request, err);
+              throw refusedChannel(request.log, err);
             });
           if (!q.stdin) channel.end();
           return {
@@ -608,10 +595,10 @@ export async function reachRoutes(
           const machine =
             (await relay.dial(link, to).catch((err: unknown) => {
               if (err instanceof DialUnsupported) return null;
-              throw refusedChannel(request, err);
+              throw refusedChannel(request.log, err);
             })) ??
             (await relay.forward(link, to).catch((err: unknown) => {
-              throw refusedChannel(request, err);
+              throw refusedChannel(request.log, err);
             }));
           return {
             attach: (socket) => pipeBytes(socket, machine, meter),

@@ -3,7 +3,7 @@
  * (relay.ts): programs as Kubernetes' exec channels and forwarded ports as bytes (channels.ts), renters' own SSH
  * (ssh.ts), HTTP to a port (routes/reach-ports.ts). Who may open one and when (`reachTarget`).
  */
-import { AppError, errors, type Principal } from '@gpu/common';
+import { AppError, errors, type Logger, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import { findWorkload, sessionsWithRunningWorkload } from '../../db/workload-repository.ts';
@@ -72,6 +72,23 @@ export const tooManyStreams = (sessionId: string, max: number) =>
     headers: { 'retry-after': '1' },
     extra: { max_streams: max },
   });
+
+/**
+ * What a renter is answered for a channel the machine's connection did not take: the relay's own refusal as it is, any
+ * other failure (the connection dropped meanwhile, ssh2's plain errors) 503 REACH_UNAVAILABLE, logged, never a 500.
+ */
+export function refusedChannel(log: Pick<Logger, 'warn'>, err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  log.warn({ err: (err as Error)?.message }, 'reach: the machine refused a channel');
+  return new AppError(
+    'unavailable',
+    'REACH_UNAVAILABLE',
+    "the machine's connection did not take the stream: try again",
+    {
+      headers: { 'retry-after': '1' },
+    },
+  );
+}
 
 /** Which of the sessions still run, with a running workload. */
 export async function liveSessions(db: Kysely<BillingDB>, ids: string[]): Promise<Set<string>> {

@@ -35,6 +35,9 @@ const LIVE_CHECK_MS = 5_000;
 export const TICKET_PARAM = 'gpu-port-ticket';
 export const GRANT_COOKIE = 'gpu_port_grant';
 
+/** The most cookies of that name a request's grant is looked for among. */
+const MAX_GRANT_COOKIES = 4;
+
 /** The address of a session's port on `ports_url`'s domain: `<scheme>://<session>-<port>.ports.<domain>[:<port>]`. */
 function portOrigin(portsUrl: string, sessionId: string, port: number): string {
   const url = new URL(portsUrl);
@@ -144,12 +147,16 @@ export class PortGrants {
   }
 
   /** The renter a request's cookie acts as on its host; 401 PORT_SIGN_IN_REQUIRED without a grant of the host's. */
-  async actorOf(cookie: string | undefined, host: { sessionId: string; port: number }): Promise<Principal> {
-    if (!cookie) throw signInRequired();
-    const row = await findCookieGrant(this.ctx.db, hashOf(cookie), this.ctx.now());
-    if (!row || row.session_id !== host.sessionId || row.port !== host.port) throw signInRequired();
-    await this.assertLive(row);
-    return principalOf(row);
+  async actorOf(cookies: string[], host: { sessionId: string; port: number }): Promise<Principal> {
+    // The first of them that is a grant of this host: a cookie of the same name that another host's page set for the
+    // whole domain (a workload's script may) is passed over, not taken for the renter's.
+    for (const cookie of cookies.slice(0, MAX_GRANT_COOKIES)) {
+      const row = await findCookieGrant(this.ctx.db, hashOf(cookie), this.ctx.now());
+      if (!row || row.session_id !== host.sessionId || row.port !== host.port) continue;
+      await this.assertLive(row);
+      return principalOf(row);
+    }
+    throw signInRequired();
   }
 
   /** 401 PORT_SIGN_IN_REQUIRED once the grant's credential was withdrawn (an auth service that cannot be asked: held). */
