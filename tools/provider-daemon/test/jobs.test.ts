@@ -155,6 +155,10 @@ describe('jobs', () => {
     expect(again.statusCode).toBe(201);
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.json().id).toBe(first.json().id);
+    // The same key with another body is not taken for the job it made (a cap of 50 answered as the cap of 5).
+    const other = await submit(renter, { ...body, spend_cap: '50' }, key);
+    expect(other.statusCode, other.body).toBe(409);
+    expect(other.json().code).toBe('IDEMPOTENCY_KEY_REUSED');
     const done = await until(() => job(renter, first.json().id), ended, 40_000);
     expect(done).toMatchObject({ state: 'failed', reason: 'workload_exited: the workload exited with 3' });
     expect(done.attempts).toHaveLength(1);

@@ -382,6 +382,8 @@ export interface JobTable {
   name: string | null;
   /** The submit's `Idempotency-Key` (unique per user). */
   idempotency_key: string | null;
+  /** The hash of the submit that key came with (domain/idempotency.ts `requestHash`; null before migration 0040). */
+  request_hash: string | null;
   /** What a machine must offer (domain/jobs/job.ts `JobTerms`). */
   terms: ColumnType<unknown, string, string>;
   /** The workload each attempt runs (a `WorkloadSpec`). */

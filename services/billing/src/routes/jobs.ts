@@ -6,6 +6,7 @@
 import { type App, afterCursor, callerOf, pageQuery, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
+import { requestHash } from '../domain/idempotency.ts';
 import { cancelJob, type Job, jobList, readJob, submitJob } from '../domain/jobs/index.ts';
 import { checkpointRef } from '../domain/workloads/index.ts';
 import { iso, isoOrNull } from '../wire/presenters.ts';
@@ -200,7 +201,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
           'its terms (`max_price_per_gpu_hour` is the price the renter accepts), follows it, and places it again on ' +
           'another machine when its machine fails it, while it has `max_attempts` and `spend_cap` left (the cap ' +
           'bounds all attempts together). Sent again with the same `Idempotency-Key`, the job it made is answered ' +
-          '(`Idempotent-Replayed: true`). 400 IDLE_JOB for an idle workload, BID_ABOVE_MAX_PRICE for a ' +
+          '(`Idempotent-Replayed: true`); the same key with another body is 409 IDEMPOTENCY_KEY_REUSED. 400 IDLE_JOB for an idle workload, BID_ABOVE_MAX_PRICE for a ' +
           '`bid_per_gpu_hour` above `max_price_per_gpu_hour`; 403 NOT_WALLET_HOLDER for a wallet not ' +
           "the renter's; 409 NO_MACHINE_COULD_MEET when no registered machine could ever meet the terms (naming what " +
           'is missing; `wait_for_capacity` queues it all the same), JOBS_NEED_A_REGISTRY when billing runs without ' +
@@ -212,6 +213,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
     },
     async (request, reply) => {
       const b = request.body;
+      const key = request.headers['idempotency-key'];
       const { job, replayed } = await submitJob(ctx, {
         actor: callerOf(request),
         walletId: b.wallet_id,
@@ -240,7 +242,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
         spendCap: requestAmount(b.spend_cap, ctx.scale, 'body.spend_cap'),
         queueTimeoutSeconds: b.queue_timeout_seconds,
         waitForCapacity: b.wait_for_capacity,
-        idempotencyKey: request.headers['idempotency-key'],
+        ...(key ? { idempotency: { key, hash: requestHash(request.method, request.url.split('?')[0]!, b) } } : {}),
       });
       if (replayed) reply.header('idempotent-replayed', 'true');
       reply.code(201);

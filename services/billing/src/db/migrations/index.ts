@@ -40,6 +40,7 @@ import { usageRecordKeyMigration } from './0036-usage-record-key.ts';
 import { rateLimitsMigration } from './0037-rate-limits.ts';
 import { finalCheckpointSaidMigration } from './0038-final-checkpoint-said.ts';
 import { runningJobPerRenterMigration } from './0039-running-job-per-renter.ts';
+import { jobRequestHashMigration } from './0040-job-request-hash.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -82,5 +83,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0037-rate-limits': rateLimitsMigration,
     '0038-final-checkpoint-said': finalCheckpointSaidMigration,
     '0039-running-job-per-renter': runningJobPerRenterMigration,
+    '0040-job-request-hash': jobRequestHashMigration,
   };
 }

@@ -48,7 +48,8 @@ export interface SubmitJobInput {
   queueTimeoutSeconds?: number;
   /** Queue it even when no registered machine could ever meet its terms (one may register later). */
   waitForCapacity: boolean;
-  idempotencyKey?: string;
+  /** The submit's `Idempotency-Key`, and the hash of the request it came with (`requestHash`). */
+  idempotency?: { key: string; hash: string };
 }
 
 const jobNotFound = (id: string) => errors.notFound('JOB_NOT_FOUND', `job ${id} not found`);
@@ -69,9 +70,17 @@ async function jobOf(ctx: BillingContext, rows: JobRow[]): Promise<Job[]> {
 /** Queues a job for the calling renter; a submit sent again with its key answers the job it made (`replayed`). */
 export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Promise<{ job: Job; replayed: boolean }> {
   const userId = renterOf({ actor: input.actor });
-  if (input.idempotencyKey) {
-    const earlier = await findJobByKey(ctx.db, userId, input.idempotencyKey);
-    if (earlier) return { job: (await jobOf(ctx, [earlier]))[0]!, replayed: true };
+  const { idempotency } = input;
+  /** The job a key made, answered again, when the submit is the one it came with (else 409). */
+  const replay = async (earlier: JobRow) => {
+    if (earlier.request_hash !== null && earlier.request_hash !== idempotency?.hash) {
+      throw billingErrors.idempotencyKeyReused();
+    }
+    return { job: (await jobOf(ctx, [earlier]))[0]!, replayed: true };
+  };
+  if (idempotency) {
+    const earlier = await findJobByKey(ctx.db, userId, idempotency.key);
+    if (earlier) return replay(earlier);
   }
   if (input.workload.idle) {
     throw errors.badRequest('IDLE_JOB', 'a job runs a program that ends: give its command or image, not idle');
@@ -110,7 +119,8 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
       user_id: userId,
       wallet_id: wallet.id,
       name: input.name ?? null,
-      idempotency_key: input.idempotencyKey ?? null,
+      idempotency_key: idempotency?.key ?? null,
+      request_hash: idempotency?.hash ?? null,
       terms: JSON.stringify(input.terms),
       workload: JSON.stringify(input.workload),
       max_attempts: input.maxAttempts,
@@ -134,9 +144,9 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
     return { job, replayed: false };
   } catch (err) {
     // The same key sent twice at once: the other submit made the job.
-    if (input.idempotencyKey && isUniqueViolation(err, 'jobs_idempotency')) {
-      const earlier = await findJobByKey(ctx.db, userId, input.idempotencyKey);
-      if (earlier) return { job: (await jobOf(ctx, [earlier]))[0]!, replayed: true };
+    if (idempotency && isUniqueViolation(err, 'jobs_idempotency')) {
+      const earlier = await findJobByKey(ctx.db, userId, idempotency.key);
+      if (earlier) return replay(earlier);
     }
     throw err;
   }
