@@ -338,6 +338,28 @@ describe('interruptible leases at a bid', () => {
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 
+  it('keeps the bid of a session that took GPUs from bids above the highest of them', async () => {
+    const m = await machine('0.5');
+    const [low, high, taker] = await Promise.all([renter(), renter(), renter()]);
+    expect((await start(low, m, 4, '1')).statusCode).toBe(201);
+    expect((await start(high, m, 4, '1.5')).statusCode).toBe(201);
+    const took = await start(taker, m, 8, '3');
+    expect(took.statusCode, took.body).toBe(201);
+    const id = took.json().session.id as string;
+    const bidOn = (bid: string) => call('POST', `/billing/sessions/${id}/bid`, taker.headers, { bid });
+    // Cut to the highest bid it took, or below: it would have evicted that bid at it.
+    for (const bid of ['1', '1.5']) {
+      const cut = await bidOn(bid);
+      expect(cut.statusCode, cut.body).toBe(409);
+      expect(cut.json()).toMatchObject({ code: 'BID_NOT_ABOVE_OUTBID', outbid: '1.5' });
+    }
+    expect(Number((await sessionRow(id)).bid)).toBe(3);
+    // Above it, a cut is a cut.
+    const cut = await bidOn('1.6');
+    expect(cut.statusCode, cut.body).toBe(200);
+    expect(cut.json().bid).toBe('1.600000');
+  });
+
   it('takes no session it does not need: the lowest bid is spared when a higher one alone covers the need', async () => {
     const m = await machine('0.5');
     const [a, b, c] = await Promise.all([renter(), renter(), renter()]);

@@ -254,6 +254,13 @@ export const billingErrors = {
       `session ${sessionId}'s bid changed in ${most} of its minutes already, the most a session keeps: start a new ` +
         'session at the bid you want',
     ),
+  bidNotAboveOutbid: (sessionId: string, bid: string, outbid: string) =>
+    new AppError(
+      'conflict',
+      'BID_NOT_ABOVE_OUTBID',
+      `session ${sessionId} took GPUs from a bid of ${outbid} per GPU-hour: its own bid stays above that, not ${bid}`,
+      { errors: [{ path: 'body.bid', message: `not above ${outbid}` }], extra: { session_id: sessionId, outbid } },
+    ),
   bidAboveCap: (sessionId: string, bid: string, cap: string, whose: string) =>
     new AppError(
       'conflict',

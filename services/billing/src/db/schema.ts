@@ -202,6 +202,8 @@ export interface RentalSessionTable {
   bid: ColumnType<string | null, string | null | undefined, string | null>;
   /** The session whose start took this one's GPUs (it ended `preempted`, 0033); null: not preempted. */
   preempted_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The highest bid among the sessions whose GPUs this one's start took (0041): its bid stays above it. */
+  outbid: ColumnType<string | null, string | null | undefined, never>;
   /**
    * The rates by minute of the session's clock once its bid changed (0034; domain/pricing/pricing.ts),
    * ascending, the last one in force; null: one rate (`total_hourly_rate`) from its first minute.

@@ -290,7 +290,8 @@ export async function sessionRoutes(app: App, deps: RouteDeps) {
           '409 SESSION_NOT_INTERRUPTIBLE (on demand), SESSION_NOT_ACTIVE (ended: a preemption ends billing at ' +
           "once, so no raise can undo one), BIDS_NOT_ACCEPTED, BID_BELOW_FLOOR, BID_ABOVE_CAP (a job's " +
           '`max_price_per_gpu_hour`, or a spend cap that would not pay the next minute at the new bid), ' +
-          'TOO_MANY_BID_CHANGES (changed in 1,000 of its minutes already); 402 ' +
+          'TOO_MANY_BID_CHANGES (changed in 1,000 of its minutes already), BID_NOT_ABOVE_OUTBID (a session that ' +
+          'took GPUs from bids keeps its bid above the highest of them: `outbid` in the problem); 402 ' +
           'INSUFFICIENT_FUNDS when hold and wallet do not cover the next billing interval at a raised bid.',
         params: z.object({ sessionID: z.uuid() }),
         body: bidChangeBody,

@@ -41,6 +41,7 @@ import { rateLimitsMigration } from './0037-rate-limits.ts';
 import { finalCheckpointSaidMigration } from './0038-final-checkpoint-said.ts';
 import { runningJobPerRenterMigration } from './0039-running-job-per-renter.ts';
 import { jobRequestHashMigration } from './0040-job-request-hash.ts';
+import { sessionOutbidMigration } from './0041-session-outbid.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -84,5 +85,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0038-final-checkpoint-said': finalCheckpointSaidMigration,
     '0039-running-job-per-renter': runningJobPerRenterMigration,
     '0040-job-request-hash': jobRequestHashMigration,
+    '0041-session-outbid': sessionOutbidMigration,
   };
 }

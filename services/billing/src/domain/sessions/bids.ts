@@ -131,6 +131,10 @@ export async function changeBid(ctx: BillingContext, change: BidChange): Promise
     if (!isRunning(session)) throw billingErrors.sessionNotActive(session.id, session.status);
     if (new Dec(session.bid!).eq(change.bid)) return session;
     await assertBidTaken(trx, session.provider_id, change.bid);
+    // A session that took bids' GPUs keeps outbidding them: cut to their bid or below, it would have taken them at it.
+    if (session.outbid !== null && change.bid.lte(session.outbid)) {
+      throw billingErrors.bidNotAboveOutbid(session.id, change.bid.toFixed(), new Dec(session.outbid).toFixed());
+    }
     const now = ctx.now();
     const hourlyRate = change.bid.mul(session.gpu_count);
     // Before its clock starts, as at its first moment: the clock may start a little before it is reported

@@ -110,6 +110,15 @@ const leaseRequest = (input: StartRequest): LeaseRequest => ({
   mayPreempt: true,
 });
 
+/** The highest bid among the sessions a start took GPUs from, which its own bid must stay above (null: none). */
+function highestBid(taken: SessionEnd[]): string | null {
+  let top: Dec | null = null;
+  for (const { session } of taken) {
+    if (session.bid !== null && (top === null || new Dec(session.bid).gt(top))) top = new Dec(session.bid);
+  }
+  return top?.toFixed() ?? null;
+}
+
 /** Without a registry's record of the machine, what the renter declares is priced: the model must be named. */
 function declaredResources(input: StartRequest): RentedResources {
   if (input.gpuModel === undefined) throw billingErrors.gpuModelRequired([]);
@@ -259,6 +268,7 @@ export async function startSession(
       trace_context: traceContextColumn(),
       bid: input.bid?.toFixed() ?? null,
       preempted_by: null,
+      outbid: highestBid(preempted),
       created_at: now,
       updated_at: now,
     });
