@@ -120,7 +120,7 @@ export class ReachRelay {
   /** Bytes not recorded yet, by session (those of streams that ended, and of proxied HTTP requests). */
   private pending = new Map<string, { in: number; out: number }>();
   private timers: NodeJS.Timeout[] = [];
-  private checking = false;
+  private readonly checking = { sessions: false, credentials: false };
   /** Where the other instances reach this one (`reach.advertise_url`, else this instance's address and port). */
   private url: string;
   /** This instance among the others (`instance_id`; one of its own when none is set). */
@@ -159,7 +159,7 @@ export class ReachRelay {
         new Date(),
       ).catch((err) => this.deps.logger.warn({ err }, 'reach: refreshing the connections failed'));
     }, TOUCH_MS);
-    const watch = setInterval(() => void this.endStale(), durationMs(this.deps.config.reach.check_interval));
+    const watch = setInterval(() => this.endStale(), durationMs(this.deps.config.reach.check_interval));
     const record = setInterval(() => void this.recordBytes(), RECORD_MS);
     for (const t of [touch, watch, record]) t.unref();
     this.timers = [touch, watch, record];
@@ -432,16 +432,26 @@ export class ReachRelay {
   }
 
   /** Ends the streams whose session or workload is no longer running, or whose credential was withdrawn. */
-  private async endStale(): Promise<void> {
-    // One check at a time: a slow database or auth service is not asked again while it still answers the last.
-    if (this.checking) return;
+  private endStale(): void {
     const ids = [...this.streams.keys()];
     if (ids.length === 0) return;
-    this.checking = true;
-    try {
-      await Promise.all([this.endEnded(ids), this.endWithdrawn()]);
-    } finally {
-      this.checking = false;
+    // One check of each kind at a time: a slow database or auth service is not asked again while it still answers the
+    // last, and a slow auth service does not hold back the ends of sessions (the database's word, every interval).
+    if (!this.checking.sessions) {
+      this.checking.sessions = true;
+      void this.endEnded(ids)
+        .catch((err: unknown) => this.deps.logger.warn({ err }, "reach: checking the streams' sessions failed"))
+        .finally(() => {
+          this.checking.sessions = false;
+        });
+    }
+    if (!this.checking.credentials) {
+      this.checking.credentials = true;
+      void this.endWithdrawn()
+        .catch((err: unknown) => this.deps.logger.warn({ err }, "reach: checking the streams' credentials failed"))
+        .finally(() => {
+          this.checking.credentials = false;
+        });
     }
   }
 
