@@ -335,6 +335,14 @@ describe('interruptible leases at a bid', () => {
     const silent = await takenBack(await ownedMachine('0.5'), 6);
     expect(await endWorkloadsNeverStarted(billing.ctx)).toBeGreaterThanOrEqual(1);
     await firstMinuteOnly(silent);
+    // One that ran and then failed, whatever the reason given, is billed to its end: its 5 started minutes.
+    const ranOn = await ownedMachine('0.5');
+    const ran = await takenBack(ranOn, 4.5);
+    const state = (body: object) => call('POST', `/billing/sessions/${ran}/workload/state`, ranOn.owner, body);
+    expect((await state({ state: 'running', at: new Date(Date.now() - 180_000).toISOString() })).statusCode).toBe(200);
+    const late = await state({ state: 'failed', at: new Date().toISOString(), reason: 'sandbox_unavailable' });
+    expect(late.statusCode, late.body).toBe(200);
+    expect((await sessionRow(ran)).billed_minutes).toBe(5);
     expect((await billing.assertLedgerConsistent()).problems).toEqual([]);
   });
 

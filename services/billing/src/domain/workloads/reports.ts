@@ -154,7 +154,9 @@ async function endWorkload(
   });
   if (!isRunning(session)) return { session, workload: workloadOf(written) };
   const reason = sessionEndReason(report) ?? 'workload_stopped';
-  const neverRan = reason === 'workload_not_started' ? { startedMinutesAtMost: NEVER_RAN_MINUTES } : {};
+  // Only a workload that never ran: one reported running and then failed is billed to its end as any other.
+  const neverRan =
+    reason === 'workload_not_started' && row.running_at === null ? { startedMinutesAtMost: NEVER_RAN_MINUTES } : {};
   const end = await finishSession(ctx, trx, session, { status: 'completed', reason, at, ...neverRan }, correlationId);
   return { session: end.session, workload: workloadOf(written) };
 }
