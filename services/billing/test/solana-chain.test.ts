@@ -4,8 +4,13 @@
  * of the treasury with ATA creation, idempotent re-sends, signature states and
  * expiry, token balances, and an unreachable RPC.
  */
-import { createTransferCheckedInstruction, getAccount, getAssociatedTokenAddressSync } from '@solana/spl-token';
-import { Keypair, PublicKey } from '@solana/web3.js';
+import {
+  createAccount,
+  createTransferCheckedInstruction,
+  getAccount,
+  getAssociatedTokenAddressSync,
+} from '@solana/spl-token';
+import { Keypair, PublicKey, sendAndConfirmTransaction, Transaction } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SolanaChain } from '../src/adapters/solana-chain.ts';
 import { base58Encode } from '../src/domain/chain/base58.ts';
@@ -113,6 +118,20 @@ describe('verifyDeposit', () => {
   it('rejects platform tokens sent elsewhere as WRONG_RECIPIENT', async () => {
     const user = await fx.wallet(50n);
     const sig = await fx.transfer(user, Keypair.generate().publicKey, 10n * T);
+    expect(await rejection(chain.verifyDeposit(sig, user.publicKey.toBase58()))).toBe('WRONG_RECIPIENT');
+  });
+
+  it("rejects tokens sent to another token account the treasury owns as WRONG_RECIPIENT: reserves read the treasury's own", async () => {
+    const user = await fx.wallet(50n);
+    // Anyone may open a token account of the mint owned by the treasury: no signature of the treasury's is needed.
+    const stray = await createAccount(fx.connection, user, fx.mint, fx.treasury.publicKey, Keypair.generate());
+    const source = getAssociatedTokenAddressSync(fx.mint, user.publicKey);
+    const sig = await sendAndConfirmTransaction(
+      fx.connection,
+      new Transaction().add(createTransferCheckedInstruction(source, fx.mint, stray, user.publicKey, 10n * T, 6)),
+      [user],
+      { commitment: 'confirmed' },
+    );
     expect(await rejection(chain.verifyDeposit(sig, user.publicKey.toBase58()))).toBe('WRONG_RECIPIENT');
   });
 

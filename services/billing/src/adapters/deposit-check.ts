@@ -49,7 +49,10 @@ function tokenDeltas(tx: VersionedTransactionResponse): Delta[] {
 /** The amount (base units) `tx` deposited under `rules`; throws ChainRejection when it is not a valid deposit. */
 export function checkDeposit(tx: VersionedTransactionResponse, rules: DepositRules): bigint {
   const rows = tokenDeltas(tx);
-  const isTreasury = (r: Delta) => r.owner === rules.treasury || r.account === rules.treasuryTokenAccount;
+  // The treasury's token account alone, which reserves read and payouts spend: anyone may open another token account
+  // of the mint owned by the treasury (no signature of the owner's is needed) and send tokens there, which a credit
+  // would count as owed while the treasury's balance did not grow (a false shortfall stops every payout).
+  const isTreasury = (r: Delta) => r.account === rules.treasuryTokenAccount;
   const platform = rows.filter((r) => r.mint === rules.mint);
   const received = platform.filter(isTreasury).reduce((sum, r) => sum + r.delta, 0n);
   const tokens = (units: bigint) => fromBaseUnits(units, rules.decimals);
@@ -63,7 +66,8 @@ export function checkDeposit(tx: VersionedTransactionResponse, rules: DepositRul
     if (elsewhere) {
       throw new ChainRejection(
         'WRONG_RECIPIENT',
-        `it moved platform tokens to ${elsewhere.owner ?? elsewhere.account}, not to the treasury ${rules.treasury}`,
+        `it moved platform tokens to the token account ${elsewhere.account}` +
+          `${elsewhere.owner ? ` (of ${elsewhere.owner})` : ''}, not to the treasury's ${rules.treasuryTokenAccount}`,
       );
     }
     throw new ChainRejection('WRONG_MINT', `it moved no tokens of mint ${rules.mint} into the treasury`);
