@@ -140,6 +140,7 @@ export { headersOf, kindOfStatus, problemOf, statusOf } from './http/problem.ts'
 export { noBody, problemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
+export { isStorableJson } from './json-value.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {
   GPUS_HELD_EVENT_KIND,

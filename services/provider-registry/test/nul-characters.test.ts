@@ -19,6 +19,40 @@ describe('NUL characters', () => {
     expect(listed.map((p) => p.name)).not.toContain(name);
   });
 
+  it('refuses metadata nested too deep for the check, with a NUL or thousands of levels, as a 400', async () => {
+    const nest = (depth: number, leaf: unknown): unknown => {
+      let v: unknown = leaf;
+      for (let i = 0; i < depth; i++) v = { k: v };
+      return v;
+    };
+    const { id, owner_id, name } = await register(h.app);
+    for (const metadata of [{ deep: nest(40, 'a\u0000b') }, { deep: nest(20, 'fine') }]) {
+      const res = await h.app.inject({
+        method: 'PUT',
+        url: `/providers/${id}`,
+        payload: providerBody({ owner_id, name, metadata }),
+      });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json()).toMatchObject({ code: 'VALIDATION_ERROR', errors: [{ path: 'body.metadata' }] });
+    }
+    // Sent as text: 20,000 levels of arrays (a stack overflow once stored and read).
+    const payload = `{"owner_id":"${owner_id}","name":"deep-${Date.now()}","gpus":${JSON.stringify(providerBody().gpus)},"metadata":{"d":${'['.repeat(20_000)}${']'.repeat(20_000)}}}`;
+    const deep = await h.app.inject({
+      method: 'POST',
+      url: '/providers',
+      payload,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(deep.statusCode, deep.body.slice(0, 300)).toBe(400);
+    // Sixteen levels are taken.
+    const ok = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${id}`,
+      payload: providerBody({ owner_id, name, metadata: { deep: nest(15, 'fine') } }),
+    });
+    expect(ok.statusCode, ok.body).toBe(200);
+  });
+
   it('refuses a NUL in a heartbeat and in a discovery filter', async () => {
     const { id } = await register(h.app);
     const beat = await h.app.inject({

@@ -694,7 +694,7 @@ export interface components {
             /** @description IPv4 or IPv6 address */
             ip_address?: ((string | (string) | null) | null) | (string) | null;
             location?: string | null;
-            /** @description extra key-value data */
+            /** @description extra key-value data, stored as given (at most 64 keys, 16 levels deep; no NUL characters) */
             metadata?: {
                 [key: string]: unknown;
             };
@@ -799,7 +799,7 @@ export interface components {
             /** @description read-only: ignored */
             last_seen_at?: string;
             location?: string | null;
-            /** @description extra key-value data */
+            /** @description extra key-value data, stored as given (at most 64 keys, 16 levels deep; no NUL characters) */
             metadata?: {
                 [key: string]: unknown;
             };

@@ -7,6 +7,7 @@
 import {
   type AppError,
   ignoringUnknownFields,
+  isStorableJson,
   pageQuery,
   problemOf,
   problemSchema,
@@ -110,10 +111,19 @@ const hostnameSchema = z
   .regex(/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/, 'expected a hostname')
   .nullish();
 
+/** How deep a machine's `metadata` may nest (objects and arrays, its own level the first). */
+const MAX_METADATA_DEPTH = 16;
+
 const metadataSchema = z
   .record(z.string().max(128), z.unknown())
   .refine((m) => Object.keys(m).length <= 64, 'at most 64 keys')
-  .describe('extra key-value data');
+  .refine(
+    (m) => isStorableJson(m, MAX_METADATA_DEPTH),
+    `metadata may nest at most ${MAX_METADATA_DEPTH} levels and contain no NUL characters`,
+  )
+  .describe(
+    `extra key-value data, stored as given (at most 64 keys, ${MAX_METADATA_DEPTH} levels deep; no NUL characters)`,
+  );
 
 /** The writable fields of a provider: a registration's, and a full update's. */
 const providerInputShape = {

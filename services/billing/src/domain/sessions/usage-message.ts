@@ -4,33 +4,12 @@
  * `billing.usage.<session_id>`. One schema validates both, and one mapping
  * turns either into the domain's `UsageUpdate` (usage-updates.ts applies it).
  */
-import { type Principal, zTimestamp } from '@gpu/common';
+import { isStorableJson, type Principal, zTimestamp } from '@gpu/common';
 import { z } from 'zod';
 import type { SessionRow } from '../../db/session-repository.ts';
 
 /** How deep `metrics` may nest (a daemon's metrics are flat or nearly so). */
 const MAX_METRICS_DEPTH = 8;
-
-/**
- * Whether a JSON value nests no deeper than `MAX_METRICS_DEPTH` and has no NUL character in any key or string
- * (PostgreSQL's jsonb can't store one). Iterative: a body nested thousands deep is a 400, never a stack overflow.
- */
-function isStorableMetrics(value: unknown): boolean {
-  const stack: [unknown, number][] = [[value, 0]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (typeof v === 'string') {
-      if (v.includes('\0')) return false;
-    } else if (v !== null && typeof v === 'object') {
-      if (depth >= MAX_METRICS_DEPTH) return false;
-      for (const [k, child] of Object.entries(v)) {
-        if (k.includes('\0')) return false;
-        stack.push([child, depth + 1]);
-      }
-    }
-  }
-  return true;
-}
 
 /**
  * The usage message (HTTP body and NATS payload on `billing.usage.<session_id>`). Unknown fields are refused on both
@@ -48,7 +27,10 @@ export const usageMessageSchema = z.object({
   power_draw_w: z.number().min(0).max(100_000),
   metrics: z
     .record(z.string().max(256), z.unknown())
-    .refine(isStorableMetrics, `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`)
+    .refine(
+      (m) => isStorableJson(m, MAX_METRICS_DEPTH),
+      `metrics may nest at most ${MAX_METRICS_DEPTH} levels and contain no NUL characters`,
+    )
     .optional()
     .describe(
       'free-form extra metrics, stored as given (at most 8 levels deep; no NUL characters: PostgreSQL jsonb refuses them)',
