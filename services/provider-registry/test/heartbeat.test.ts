@@ -68,6 +68,17 @@ describe('POST /providers/{providerID}/heartbeat', () => {
     }
   });
 
+  it('answers a heartbeat naming its machine in upper case as the machine it wrote, with or without metrics', async () => {
+    for (const payload of [undefined, { gpu_metrics: [{ index: 0, temperature: 70 }] }]) {
+      const p = await register(h.app);
+      expect((await setStatus(p.id, 'offline')).statusCode).toBe(200);
+      const res = await heartbeat(p.id.toUpperCase(), payload);
+      expect(res.statusCode, res.body).toBe(200);
+      expect(res.json()).toMatchObject({ id: p.id, previous_status: 'offline', status: 'idle' });
+      expect((await h.app.inject({ method: 'GET', url: `/providers/${p.id}` })).json().status).toBe('idle');
+    }
+  });
+
   it('accepts an empty body with a JSON content type, and an empty object', async () => {
     const p = await register(h.app);
     const empty = await h.app.inject({

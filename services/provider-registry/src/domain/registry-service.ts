@@ -290,7 +290,9 @@ export class RegistryService {
     beats.forEach(({ actor, id, metrics, correlationId }, i) => {
       try {
         const scope = writeScope(actor);
-        items.push({ id, owner: scope?.owner ?? null, daemon: scope?.daemon ?? null, metrics, correlationId });
+        // The ID as PostgreSQL answers it (lower-case): the results are matched to their beats by it.
+        const key = id.toLowerCase();
+        items.push({ id: key, owner: scope?.owner ?? null, daemon: scope?.daemon ?? null, metrics, correlationId });
         places.push(i);
       } catch (err) {
         settle(i, err as Error);
