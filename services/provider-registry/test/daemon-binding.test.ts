@@ -5,8 +5,9 @@
  * with a new client), a daemon claims a machine bound to none, and each binding is an event for billing.
  */
 import { randomUUID } from 'node:crypto';
-import { type Caller, testEnv } from '@gpu/common/testing';
+import { type Caller, lockWaiters, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventCollector, type Harness, providerBody, startHarness } from './helpers.ts';
 
@@ -180,5 +181,39 @@ describe('binding a machine', () => {
     expect(answers.map((a) => a.statusCode).sort()).toEqual([200, 403]);
     const winner = answers.findIndex((a) => a.statusCode === 200);
     expect((await read(m.id)).daemon_client_id).toBe([first, second][winner]!.id);
+  });
+});
+
+describe('a full update under way', () => {
+  it('is refused when the machine changed hands or was unbound from its daemon before it wrote', async () => {
+    for (const change of ['owner', 'daemon'] as const) {
+      const m = await machine(first);
+      const newOwner = randomUUID();
+      let put: ReturnType<typeof call> | undefined;
+      // The change (an admin's transfer, the owner's re-binding) holds the row, uncommitted, while the update, checked
+      // against the machine as it was, waits to write it.
+      await h.database.db.transaction().execute(async (trx) => {
+        await sql`SELECT 1 FROM providers WHERE id = ${m.id} FOR UPDATE`.execute(trx);
+        await trx
+          .updateTable('providers')
+          .set(change === 'owner' ? { owner_id: newOwner } : { daemon_client_id: second.id })
+          .where('id', '=', m.id)
+          .execute();
+        put = call(first, 'PUT', `/providers/${m.id}`, { ...m.body, name: `renamed-${randomUUID().slice(0, 8)}` });
+        await lockWaiters(h.database.db, 1);
+      });
+      const res = await put!;
+      expect(res.statusCode, res.body).toBe(403);
+      const row = await h.database.db
+        .selectFrom('providers')
+        .select(['owner_id', 'daemon_client_id', 'name'])
+        .where('id', '=', m.id)
+        .executeTakeFirstOrThrow();
+      expect(row).toMatchObject(
+        change === 'owner'
+          ? { owner_id: newOwner, name: m.body.name }
+          : { daemon_client_id: second.id, name: m.body.name },
+      );
+    }
   });
 });

@@ -195,16 +195,21 @@ export async function replaceProvider(
   input: ProviderInput,
   recording?: EventRecording,
   guard?: (fullyRented: boolean) => void,
+  /** Throws when the machine as locked (its owner, its daemon) may not be written by the caller. */
+  allowed?: (machine: { owner_id: string; daemon_client_id: string | null }) => void,
 ): Promise<{ previous: ProviderStatus; status: ProviderStatus; owner_id: string } | undefined> {
   try {
     return await db.transaction().execute(async (tx) => {
       const current = await tx
         .selectFrom('providers')
-        .select(['status', 'owner_id', 'min_gpus_per_rental', 'held', 'disk_mb'])
+        .select(['status', 'owner_id', 'daemon_client_id', 'min_gpus_per_rental', 'held', 'disk_mb'])
         .where('id', '=', id)
         .forUpdate()
         .executeTakeFirst();
       if (!current) return undefined;
+      // Checked again as locked: a transfer to another owner, or a daemon unbound, committed since the caller's
+      // check is not written over.
+      allowed?.(current);
       // The narrow row before the GPUs, the order every writer of both keeps (a heartbeat moves the clock, then
       // writes the GPUs' metrics): the other order could deadlock with it.
       await lockLiveness(tx, id);

@@ -230,7 +230,11 @@ export class RegistryService {
     const { status } = input;
     const guard =
       status === undefined ? undefined : (fullyRented: boolean) => assertExplicitStatus(id, status, fullyRented);
-    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording, guard));
+    const allowed = (locked: MachineBinding) => {
+      assertMayWrite(actor, id, locked);
+      assertMayChangeOwner(actor, locked.owner_id, input.owner_id);
+    };
+    const outcome = await this.retry(() => replaceProvider(this.deps.db, id, input, recording, guard, allowed));
     if (!outcome) throw registryErrors.providerNotFound(id);
     this.recorded([{ previous_status: outcome.previous, status: outcome.status }]);
     return this.mustFind(id);
