@@ -58,9 +58,14 @@ export const registeringDaemon = (actor: Principal): string | null => daemonClie
 /** Whether the actor reads every provider (discovery), rather than only its own. */
 const readsAll = (actor: Principal) => isPrivileged(actor) || hasRole(actor, 'scheduler', 'gateway');
 
-/** The owner discovery is limited to for this actor, or undefined for all providers. */
+/**
+ * The owner discovery is limited to for this actor, or undefined for all providers; an actor that reads not all and
+ * acts for nobody is refused (never shown all, whatever token made it so).
+ */
 export function discoveryScope(actor: Principal): string | undefined {
-  return readsAll(actor) ? undefined : actor.actsFor;
+  if (readsAll(actor)) return undefined;
+  if (actor.actsFor === undefined) throw notOwner();
+  return actor.actsFor;
 }
 
 export function assertMayRead(actor: Principal, ownerId: string): void {
