@@ -236,7 +236,7 @@ export interface components {
     schemas: {
         /** @description The daemon client to bind the machine to */
         BindDaemonRequest: {
-            /** @description a daemon client's `client_id` (of the machine's owner), or null for none */
+            /** @description a daemon client's `client_id`, or null for none (not checked with auth: a client of another owner's writes nothing here all the same, its owner not being the machine owner) */
             client_id: string | null;
         };
         /** @description One GPU of a provider */

@@ -223,7 +223,13 @@ export const statusUpdateSchema = z.object({ status: statusSchema }).register(sc
 /** PUT /providers/{id}/daemon: the daemon client the machine is bound to. */
 export const bindDaemonSchema = z
   .object({
-    client_id: z.uuid().nullable().describe("a daemon client's `client_id` (of the machine's owner), or null for none"),
+    client_id: z
+      .uuid()
+      .nullable()
+      .describe(
+        "a daemon client's `client_id`, or null for none (not checked with auth: a client of another owner's writes " +
+          'nothing here all the same, its owner not being the machine owner)',
+      ),
   })
   .describe('The daemon client to bind the machine to')
   .register(schemas, { id: 'BindDaemonRequest' });
