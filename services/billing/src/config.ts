@@ -62,8 +62,11 @@ export const billingConfigSchema = z.object({
       treasury_address: z.string().default(''),
       /** Path of the treasury's keypair file (a JSON array of 64 bytes, as `solana-keygen` writes). */
       private_key_path: z.string().default(''),
-      /** Commitment at which deposits are verified and withdrawals count as confirmed. */
-      commitment: z.enum(['processed', 'confirmed', 'finalized']).default('finalized'),
+      /**
+       * Commitment at which deposits are verified and withdrawals count as confirmed. Not `processed`: a transfer seen
+       * only there may be on a fork that is dropped, and a withdrawal settled on it would be debited and never paid.
+       */
+      commitment: z.enum(['confirmed', 'finalized']).default('finalized'),
       /** Decimals of the token mint; the ledger's NUMERIC scale (fixed when the database is created). */
       token_decimals: zInt(0, 18).default(6),
       /** How long start-up keeps trying to reach the RPC node and read the mint. */

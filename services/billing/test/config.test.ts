@@ -56,6 +56,8 @@ describe('billing configuration', () => {
 
   it('refuses invalid values, naming the key and its source', () => {
     expect(() => loadBillingConfig({ BILLING__BLOCKCHAIN__COMMITMENT: 'eventually' })).toThrow(ConfigError);
+    // A transfer seen only at `processed` may be on a fork that is dropped: never counted as landed.
+    expect(() => loadBillingConfig({ BILLING__BLOCKCHAIN__COMMITMENT: 'processed' })).toThrow(/blockchain.commitment/);
     expect(() => loadBillingConfig({ BILLING__BILLING__MINIMUM_PAYOUT: '-1' })).toThrow(/billing.minimum_payout/);
     // A payout of the minimum to a fresh address would leave nothing once the token account fee is withheld.
     expect(() =>
