@@ -57,6 +57,10 @@ async function stored(opts: IdempotentOptions, ctx: IdempotencyContext): Promise
   return resumed;
 }
 
+/** The hash that binds a request's `Idempotency-Key` to it: method, path (no query) and body. */
+export const requestHashOf = (request: FastifyRequest) =>
+  requestHash(request.method, request.url.split('?')[0]!, request.body);
+
 /** Handles the request idempotently; `run` gets the key context (null without a key). */
 export async function runIdempotent(
   request: FastifyRequest,
@@ -71,7 +75,7 @@ export async function runIdempotent(
   const scoped = `${request.principal?.subject ?? 'anonymous'}:${key}`;
   const ctx: IdempotencyContext = {
     key: scoped,
-    hash: requestHash(request.method, request.url.split('?')[0]!, request.body),
+    hash: requestHashOf(request),
   };
   const previous = await stored(opts, ctx);
   if (previous) return send(reply, previous, true);

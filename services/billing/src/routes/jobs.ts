@@ -6,13 +6,13 @@
 import { type App, afterCursor, callerOf, pageQuery, setNextPage } from '@gpu/common';
 import { z } from 'zod';
 import type { BillingContext } from '../domain/context.ts';
-import { requestHash } from '../domain/idempotency.ts';
 import { cancelJob, type Job, jobList, readJob, submitJob } from '../domain/jobs/index.ts';
 import { checkpointRef } from '../domain/workloads/index.ts';
 import { iso, isoOrNull } from '../wire/presenters.ts';
 import { RENTAL_ROLES } from './access.ts';
 import { requestAmount } from './amounts.ts';
 import type { RouteDeps } from './deps.ts';
+import { requestHashOf } from './idempotent.ts';
 import { amountString, csv, idempotencyHeaders, PAGE_DOCS, positiveAmount, problems, schemas } from './schemas.ts';
 import { workloadSpecBody } from './workloads.ts';
 
@@ -242,7 +242,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
         spendCap: requestAmount(b.spend_cap, ctx.scale, 'body.spend_cap'),
         queueTimeoutSeconds: b.queue_timeout_seconds,
         waitForCapacity: b.wait_for_capacity,
-        ...(key ? { idempotency: { key, hash: requestHash(request.method, request.url.split('?')[0]!, b) } } : {}),
+        ...(key ? { idempotency: { key, hash: requestHashOf(request) } } : {}),
       });
       if (replayed) reply.header('idempotent-replayed', 'true');
       reply.code(201);
