@@ -437,22 +437,19 @@ export class ReachRelay {
     if (ids.length === 0) return;
     // One check of each kind at a time: a slow database or auth service is not asked again while it still answers the
     // last, and a slow auth service does not hold back the ends of sessions (the database's word, every interval).
-    if (!this.checking.sessions) {
-      this.checking.sessions = true;
-      void this.endEnded(ids)
-        .catch((err: unknown) => this.deps.logger.warn({ err }, "reach: checking the streams' sessions failed"))
-        .finally(() => {
-          this.checking.sessions = false;
-        });
-    }
-    if (!this.checking.credentials) {
-      this.checking.credentials = true;
-      void this.endWithdrawn()
-        .catch((err: unknown) => this.deps.logger.warn({ err }, "reach: checking the streams' credentials failed"))
-        .finally(() => {
-          this.checking.credentials = false;
-        });
-    }
+    this.checkAlone('sessions', () => this.endEnded(ids));
+    this.checkAlone('credentials', () => this.endWithdrawn());
+  }
+
+  /** Runs `check` unless the last check of its `kind` is still under way (each logs its own failures). */
+  private checkAlone(kind: keyof ReachRelay['checking'], check: () => Promise<void>): void {
+    if (this.checking[kind]) return;
+    this.checking[kind] = true;
+    void check()
+      .catch((err: unknown) => this.deps.logger.warn({ err }, `reach: checking the streams' ${kind} failed`))
+      .finally(() => {
+        this.checking[kind] = false;
+      });
   }
 
   private async endEnded(ids: string[]): Promise<void> {
