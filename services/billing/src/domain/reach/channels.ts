@@ -38,7 +38,7 @@ interface Pausable {
 }
 
 /** Pauses `source` for `ms`, then until `ready()`, then lets it go on. */
-function hold(source: Pausable, ms: number, ready: () => boolean): void {
+export function hold(source: Pausable, ms: number, ready: () => boolean): void {
   source.pause();
   const check = () => {
     if (ready()) source.resume();
@@ -61,6 +61,25 @@ function sendPaced(
   const wait = meter.take(data.length);
   if ((wait === 0 && socket.bufferedAmount <= HIGH_WATER) || source.isPaused()) return;
   hold(source, wait, () => socket.bufferedAmount <= HIGH_WATER / 2 || socket.readyState !== socket.OPEN);
+}
+
+/**
+ * A program's output on the machine: its standard output and its standard error, two streams of one SSH channel,
+ * held back together (each paused leaves the window it fills ungranted, so the machine stops sending). Holding back
+ * one alone lets the other flow as fast as the machine writes, into memory.
+ */
+export function programOutput(channel: ClientChannel): Pausable & { isPaused(): boolean } {
+  return {
+    pause: () => {
+      channel.pause();
+      channel.stderr.pause();
+    },
+    resume: () => {
+      channel.resume();
+      channel.stderr.resume();
+    },
+    isPaused: () => channel.isPaused() && channel.stderr.isPaused(),
+  };
 }
 
 /** The session's meter as a writer's pace. */
@@ -167,20 +186,8 @@ export function bridge(
   let bytesIn = 0;
   let bytesOut = 0;
   let finished = false;
-  // The program's output is its standard output and its standard error, two streams of one SSH channel: both wait
-  // while the renter's side is full (each paused leaves the window it fills ungranted, so the machine stops sending).
-  // Holding back one alone let the other flow as fast as the machine wrote, into memory, past the session's meter.
-  const output = {
-    pause: () => {
-      channel.pause();
-      channel.stderr.pause();
-    },
-    resume: () => {
-      channel.resume();
-      channel.stderr.resume();
-    },
-    isPaused: () => channel.isPaused() && channel.stderr.isPaused(),
-  };
+  // Both the program's streams wait while the renter's side is full, and for the session's meter.
+  const output = programOutput(channel);
   const send = (id: number, data: Buffer) => {
     bytesOut += data.length;
     sendPaced(socket, Buffer.concat([Buffer.of(id), data]), output, opts.meter);

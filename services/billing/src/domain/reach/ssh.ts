@@ -24,6 +24,7 @@ import ssh2, { type ClientChannel, type Connection, type ParsedKey, type ServerC
 import { createWebSocketStream, type WebSocket } from 'ws';
 import { reachHostKey } from '../../db/reach-link-repository.ts';
 import type { BillingDB } from '../../db/schema.ts';
+import { hold, programOutput } from './channels.ts';
 import type { ByteMeter } from './meter.ts';
 import type { Link, ReachRelay } from './relay.ts';
 
@@ -196,36 +197,30 @@ interface OutboundHold {
  * no more window, so the machine stops sending.
  */
 function outboundHold(unsent: () => number, over: () => boolean): OutboundHold {
-  const channels = new Set<ClientChannel>();
+  const outputs = new Set<ReturnType<typeof programOutput>>();
   let held = false;
-  const each = (f: (stream: ClientChannel | ClientChannel['stderr']) => void) => {
-    for (const channel of channels) {
-      f(channel);
-      f(channel.stderr);
-    }
-  };
-  const release = () => {
-    if (over() || unsent() <= UNSENT_HIGH_WATER / 2) {
+  const all = {
+    pause: () => {
+      for (const output of outputs) output.pause();
+    },
+    resume: () => {
       held = false;
-      each((stream) => stream.resume());
-    } else setTimeout(release, 5);
+      for (const output of outputs) output.resume();
+    },
   };
   const check = () => {
     if (held || unsent() <= UNSENT_HIGH_WATER) return;
     held = true;
-    each((stream) => stream.pause());
-    setTimeout(release, 5);
+    hold(all, 0, () => over() || unsent() <= UNSENT_HIGH_WATER / 2);
   };
   return {
     track(channel) {
-      channels.add(channel);
+      const output = programOutput(channel);
+      outputs.add(output);
       channel.on('data', check);
       channel.stderr.on('data', check);
-      if (held) {
-        channel.pause();
-        channel.stderr.pause();
-      }
-      channel.once('close', () => channels.delete(channel));
+      if (held) output.pause();
+      channel.once('close', () => outputs.delete(output));
     },
   };
 }
