@@ -386,6 +386,30 @@ describe('audit and rate limits', () => {
       await limited.close();
     }
   });
+
+  it("counts a client's failures per address: a stranger who knows its ID cannot lock its program out", async () => {
+    const limited = await startAuth(
+      auth.db,
+      testConfig({ rate_limit: { enabled: true, token_failures_per_client: '3/15m' } }),
+    );
+    try {
+      const { client, client_secret: secret } = await createClient({ name: name('locked'), role: 'scheduler' });
+      const ask = (clientSecret: string, ip: string) =>
+        limited.app.inject({
+          method: 'POST',
+          url: '/api/v1/auth/token',
+          remoteAddress: ip,
+          payload: { grant_type: 'client_credentials', client_id: client.id, client_secret: clientSecret },
+        });
+      const stranger: number[] = [];
+      for (let i = 0; i < 5; i++) stranger.push((await ask('guess', '203.0.113.9')).statusCode);
+      expect(stranger).toEqual([401, 401, 401, 429, 429]);
+      expect((await ask(secret, '198.51.100.1')).statusCode).toBe(200);
+      expect((await ask(secret, '203.0.113.9')).statusCode).toBe(429);
+    } finally {
+      await limited.close();
+    }
+  });
 });
 
 describe('clients the platform creates at start-up', () => {

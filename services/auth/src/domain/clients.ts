@@ -181,7 +181,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
  * The client-credentials grant: an access token for a client that proves its secret. Failures are one answer
- * (401 invalid_client) whatever failed, rate-limited per client IP and per client like logins.
+ * (401 invalid_client) whatever failed, rate-limited per client IP, and failures per client and address.
  */
 export async function grantClientToken(
   ctx: AuthContext,
@@ -190,8 +190,11 @@ export async function grantClientToken(
 ): Promise<{ token: string; expiresIn: number }> {
   const limits = ctx.config.rate_limit;
   const clientKey = credentials.clientId.toLowerCase();
+  // Failures count per client and address: a client's ID is in every token it gets (and a daemon's in the registry),
+  // so a count per client alone would let anyone who saw one lock its program out (as API keys, api-keys.ts).
+  const failures = `${clientKey}:${clientIp}`;
   await ctx.limiter.consume(limits.token_per_ip, 'token-ip', clientIp);
-  await ctx.limiter.check(limits.token_failures_per_client, 'token-client', clientKey);
+  await ctx.limiter.check(limits.token_failures_per_client, 'token-client', failures);
   const client = UUID.test(clientKey) ? await findClient(ctx.db, clientKey) : undefined;
   const now = new Date();
   let refusal: string | undefined;
@@ -200,7 +203,7 @@ export async function grantClientToken(
   else if (!secretValid(client, credentials.secret, now)) refusal = 'wrong secret';
   else refusal = await daemonOwnerRefusal(ctx, client);
   if (!client || refusal) {
-    await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', clientKey);
+    await ctx.limiter.hit(limits.token_failures_per_client, 'token-client', failures);
     await audit(
       ctx,
       {
