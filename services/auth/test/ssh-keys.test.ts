@@ -129,6 +129,29 @@ describe('SSH keys', () => {
   const privateEd25519 = () => generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' });
   const ed = SSH_FIXTURES.ed25519.line;
   const [edType, edData] = ed.split(' ') as [string, string];
+  /** A key line of hand-made data: the type, then each part as an SSH wire string. */
+  const keyLine = (type: string, parts: Buffer[]) =>
+    `${type} ${Buffer.concat(
+      [type, ...parts].map((part) => {
+        const bytes = Buffer.from(part);
+        const length = Buffer.alloc(4);
+        length.writeUInt32BE(bytes.length);
+        return Buffer.concat([length, bytes]);
+      }),
+    ).toString('base64')}`;
+  /** The wire strings after the type of a fixture's data. */
+  const partsOf = (line: string) => {
+    const blob = Buffer.from(line.split(' ')[1] ?? '', 'base64');
+    const parts: Buffer[] = [];
+    for (let at = 0; at < blob.length; ) {
+      const length = blob.readUInt32BE(at);
+      parts.push(blob.subarray(at + 4, at + 4 + length));
+      at += 4 + length;
+    }
+    return parts.slice(1);
+  };
+  const rsaParts = () => partsOf(SSH_FIXTURES.rsa2048.line) as [Buffer, Buffer];
+  const ecdsaPoint = () => partsOf(SSH_FIXTURES.ecdsa256.line)[1] as Buffer;
   const refusals: [string, () => unknown, string][] = [
     ['an OpenSSH private key', () => ssh2.utils.generateKeyPairSync('ed25519').private, 'SSH_KEY_IS_PRIVATE'],
     ['a PKCS#8 private key', privateEd25519, 'SSH_KEY_IS_PRIVATE'],
@@ -148,6 +171,33 @@ describe('SSH keys', () => {
       'INVALID_SSH_KEY',
     ],
     ['a control character in the comment', () => `${ed}\u0007`, 'INVALID_SSH_KEY'],
+    [
+      'an RSA key of an empty modulus',
+      () => keyLine('ssh-rsa', [Buffer.from([1, 0, 1]), Buffer.alloc(0)]),
+      'INVALID_SSH_KEY',
+    ],
+    ['an RSA key of an empty exponent', () => keyLine('ssh-rsa', [Buffer.alloc(0), rsaParts()[1]]), 'INVALID_SSH_KEY'],
+    [
+      'an RSA modulus padded with zeros',
+      () => keyLine('ssh-rsa', [rsaParts()[0], Buffer.concat([Buffer.alloc(2), rsaParts()[1]])]),
+      'INVALID_SSH_KEY',
+    ],
+    [
+      'an ECDSA key of no point',
+      () => keyLine('ecdsa-sha2-nistp256', [Buffer.from('nistp256'), Buffer.alloc(0)]),
+      'INVALID_SSH_KEY',
+    ],
+    [
+      'an ECDSA point off its curve',
+      () =>
+        keyLine('ecdsa-sha2-nistp256', [Buffer.from('nistp256'), Buffer.concat([Buffer.from([4]), Buffer.alloc(64)])]),
+      'INVALID_SSH_KEY',
+    ],
+    [
+      'an ECDSA key naming another curve',
+      () => keyLine('ecdsa-sha2-nistp256', [Buffer.from('nistp384'), ecdsaPoint()]),
+      'INVALID_SSH_KEY',
+    ],
     ['an over-long line', () => `${ed} ${'x'.repeat(8200)}`, 'VALIDATION_ERROR'],
     ['an empty key', () => '', 'VALIDATION_ERROR'],
     ['no key', () => undefined, 'VALIDATION_ERROR'],

@@ -10,10 +10,12 @@
  *   kept or logged.
  * - Anything else that is not exactly one key is `INVALID_SSH_KEY`: several lines, `authorized_keys` options before
  *   the key (`command="…"`, `from=…`: the platform decides how a key is used), data that does not parse, data of
- *   another type than the line names, or trailing bytes after the key.
+ *   another type than the line names, trailing bytes after the key, a key OpenSSL does not take, or data not in the
+ *   one form `ssh-keygen` writes (`keyData`).
  * - The fingerprint is `ssh-keygen -lf`'s: `SHA256:` and the unpadded base64 of the SHA-256 of the key's data.
  */
-import { createHash, createPublicKey } from 'node:crypto';
+import { createHash, createPublicKey, type KeyObject } from 'node:crypto';
+import { isAppError } from '@gpu/common';
 import ssh2 from 'ssh2';
 import { authErrors } from '../../errors.ts';
 
@@ -79,17 +81,9 @@ export function parsePublicKey(text: string): PublicKey {
     );
   }
   if (!BASE64.test(data)) throw invalid(`the key's data is not base64`);
-  const parsed = ssh2.utils.parseKey(`${type} ${data}`);
-  if (parsed instanceof Error || Array.isArray(parsed) || parsed.isPrivateKey()) {
-    throw invalid(`not a valid ${type} key${parsed instanceof Error ? ` (${parsed.message})` : ''}`);
-  }
-  const blob = parsed.getPublicSSH();
-  // The parser reads one key from the front of the data: anything after it, or another type inside, is not this key.
-  if (parsed.type !== type || blob.toString('base64').replace(/=+$/, '') !== data.replace(/=+$/, '')) {
-    throw invalid(`the data is not exactly one ${type} key`);
-  }
+  const { blob, key } = keyData(type, data);
   if (type === 'ssh-rsa') {
-    const bits = createPublicKey(parsed.getPublicPEM()).asymmetricKeyDetails?.modulusLength ?? 0;
+    const bits = key.asymmetricKeyDetails?.modulusLength ?? 0;
     if (bits < MIN_RSA_BITS) {
       throw authErrors.sshKeyRefused(
         'SSH_KEY_TOO_SHORT',
@@ -103,6 +97,64 @@ export function parsePublicKey(text: string): PublicKey {
     fingerprint: fingerprintOf(blob),
     comment: rest.join(' '),
   };
+}
+
+/**
+ * The key's data, checked: one key of the line's type that the parser reads and OpenSSL takes (an ECDSA point on its
+ * curve, an RSA key of sane numbers), written in its one canonical form (`ssh-keygen` writes no other: no padded
+ * integer, no compressed point), so that one key has one fingerprint. Throws the 400 problem otherwise; the parsers'
+ * own exceptions on hostile data (ssh2's asn1 asserts) included.
+ */
+function keyData(type: SshKeyType, data: string): { blob: Buffer; key: KeyObject } {
+  let blob: Buffer;
+  let key: KeyObject;
+  let canonical: Buffer;
+  try {
+    const parsed = ssh2.utils.parseKey(`${type} ${data}`);
+    if (parsed instanceof Error || Array.isArray(parsed) || parsed.isPrivateKey()) {
+      throw invalid(`not a valid ${type} key${parsed instanceof Error ? ` (${parsed.message})` : ''}`);
+    }
+    blob = parsed.getPublicSSH();
+    // The parser reads one key from the front of the data: anything after it, or another type inside, is not this key.
+    if (parsed.type !== type || blob.toString('base64').replace(/=+$/, '') !== data.replace(/=+$/, '')) {
+      throw invalid(`the data is not exactly one ${type} key`);
+    }
+    key = createPublicKey(parsed.getPublicPEM());
+    canonical = canonicalBlob(type, key.export({ format: 'jwk' }));
+  } catch (err) {
+    if (isAppError(err)) throw err;
+    throw invalid(`not a valid ${type} key`);
+  }
+  if (!canonical.equals(blob)) throw invalid(`the ${type} key is not written as ssh-keygen writes it`);
+  return { blob, key };
+}
+
+/** An SSH wire string: its length (4 bytes, big-endian), then its bytes. */
+function wireString(bytes: Buffer): Buffer {
+  const length = Buffer.alloc(4);
+  length.writeUInt32BE(bytes.length);
+  return Buffer.concat([length, bytes]);
+}
+
+/** An SSH mpint of a positive number's big-endian bytes: no leading zero byte but one that keeps it positive. */
+function mpint(bytes: Buffer): Buffer {
+  let start = 0;
+  while (start < bytes.length - 1 && bytes[start] === 0) start++;
+  const trimmed = bytes.subarray(start);
+  return wireString((trimmed[0] ?? 0) & 0x80 ? Buffer.concat([Buffer.from([0]), trimmed]) : trimmed);
+}
+
+const CURVES: Record<string, string> = { 'P-256': 'nistp256', 'P-384': 'nistp384', 'P-521': 'nistp521' };
+
+/** The key's data as `ssh-keygen` writes it, from the key as OpenSSL read it. */
+function canonicalBlob(type: SshKeyType, jwk: JsonWebKey): Buffer {
+  const bytes = (value: string | undefined) => Buffer.from(value ?? '', 'base64url');
+  const head = wireString(Buffer.from(type));
+  if (type === 'ssh-rsa') return Buffer.concat([head, mpint(bytes(jwk.e)), mpint(bytes(jwk.n))]);
+  if (type === 'ssh-ed25519') return Buffer.concat([head, wireString(bytes(jwk.x))]);
+  const curve = CURVES[jwk.crv ?? ''] ?? '';
+  const point = Buffer.concat([Buffer.from([4]), bytes(jwk.x), bytes(jwk.y)]);
+  return Buffer.concat([head, wireString(Buffer.from(curve)), wireString(point)]);
 }
 
 /** `ssh-keygen -lf`'s fingerprint of a key's data (the SSH wire form of the public key). */
