@@ -141,6 +141,16 @@ describe('machine clients (admin API)', () => {
     expect(badGrace.statusCode).toBe(400);
   });
 
+  it('keeps a previous secret at most a week: a longer grace is 400, never a 500', async () => {
+    const { client } = await createClient({ name: name('grace'), role: 'service' });
+    for (const grace_period of ['8d', '300000y']) {
+      const res = await api('POST', `/clients/${client.id}/rotate`, admin, { grace_period });
+      expect(res.statusCode, grace_period).toBe(400);
+      expect(res.json()).toMatchObject({ code: 'VALIDATION_ERROR', errors: [{ path: 'body.grace_period' }] });
+    }
+    expect((await api('POST', `/clients/${client.id}/rotate`, admin, { grace_period: '7d' })).statusCode).toBe(200);
+  });
+
   it('refuses a second active client of the same name, and names that logs and files cannot carry', async () => {
     const taken = name('dup');
     await createClient({ name: taken, role: 'service' });

@@ -4,6 +4,7 @@ import {
   CLIENT_ROLES,
   callerOf,
   durationMs,
+  durationWithin,
   PAGE_HEADERS,
   pageQuery,
   type RouteDocs,
@@ -88,8 +89,18 @@ const createBodySchema = z
   .object({ name: nameSchema, role: z.enum(CLIENT_ROLES), owner_id: z.uuid().optional() })
   .register(schemas, { id: 'CreateClientRequest' });
 
+/** The longest a previous secret may keep working after a rotation: a week covers any roll-out. */
+const MAX_ROTATION_GRACE = '7d';
+
 const rotateBodySchema = z
-  .object({ grace_period: zDuration().optional() })
+  .object({
+    grace_period: durationWithin(
+      zDuration(),
+      '0s',
+      MAX_ROTATION_GRACE,
+      `must be from 0s to ${MAX_ROTATION_GRACE}`,
+    ).optional(),
+  })
   .nullish()
   .describe('optional: without a body the configured rotation grace applies')
   .register(schemas, { id: 'RotateClientSecretRequest' });
@@ -175,7 +186,7 @@ export async function clientRoutes(app: App, ctx: AuthContext): Promise<void> {
         summary: 'Give a client a new secret; the old one keeps working for a grace period',
         description:
           '`grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the ' +
-          'previous secret stays valid; "0s" ends it at once (a leaked secret).',
+          'previous secret stays valid, at most 7 days; "0s" ends it at once (a leaked secret).',
         params: idParams,
         body: rotateBodySchema,
         response: { 200: withSecretSchema, ...problems(400, 404, 409, 503) },
