@@ -4,6 +4,22 @@ import { AppError, errors } from '@gpu/common';
 /** Why an SSH public key is refused (400). */
 export type SshKeyRefusal = 'INVALID_SSH_KEY' | 'SSH_KEY_IS_PRIVATE' | 'SSH_KEY_TYPE_NOT_ALLOWED' | 'SSH_KEY_TOO_SHORT';
 
+/** Why a key whose secret matched no longer works (`apiKeyRefused`). */
+const API_KEY_REFUSALS = {
+  revoked: {
+    code: 'API_KEY_REVOKED',
+    detail: 'this API key was revoked: make a new key, signed in (POST /api/v1/auth/keys)',
+  },
+  expired: {
+    code: 'API_KEY_EXPIRED',
+    detail: 'this API key has expired: make a new key, signed in (POST /api/v1/auth/keys)',
+  },
+  'no role': {
+    code: 'API_KEY_NO_ROLE',
+    detail: "this API key's user holds no role a key carries (admin acts through its own sign-in only)",
+  },
+} as const;
+
 export const authErrors = {
   emailTaken: (email: string) => errors.conflict('EMAIL_TAKEN', `an account with the email ${email} already exists`),
   /** One message for an unknown email and a wrong password: login never reveals which. */
@@ -81,15 +97,11 @@ export const authErrors = {
    * A key whose secret matched but that no longer works: the refusal says why (whoever presents the whole key is its
    * holder, so this tells nothing to a guesser). RFC 6749's `invalid_client`, as every refusal of the grant.
    */
-  apiKeyRefused: (why: 'revoked' | 'expired') =>
-    new AppError(
-      'unauthenticated',
-      why === 'revoked' ? 'API_KEY_REVOKED' : 'API_KEY_EXPIRED',
-      why === 'revoked'
-        ? 'this API key was revoked: make a new key, signed in (POST /api/v1/auth/keys)'
-        : 'this API key has expired: make a new key, signed in (POST /api/v1/auth/keys)',
-      { extra: { error: 'invalid_client' }, headers: { 'www-authenticate': 'Basic realm="gpu-platform"' } },
-    ),
+  apiKeyRefused: (why: 'revoked' | 'expired' | 'no role') =>
+    new AppError('unauthenticated', API_KEY_REFUSALS[why].code, API_KEY_REFUSALS[why].detail, {
+      extra: { error: 'invalid_client' },
+      headers: { 'www-authenticate': 'Basic realm="gpu-platform"' },
+    }),
   invalidTokenRequest: (detail: string) =>
     new AppError('invalid', 'INVALID_REQUEST', detail, { extra: { error: 'invalid_request' } }),
   unsupportedGrant: (grant: string) =>

@@ -151,6 +151,15 @@ describe('API keys', () => {
     });
     const adminKey = await newKey(adminLogin.json().access_token);
     expect(decodeJwt((await exchange(adminKey.api_key)).json().access_token).roles).toEqual(['renter']);
+    // Left with admin alone, the key's user has no role a key carries: told so, never a token no service takes.
+    await auth.db
+      .updateTable('users')
+      .set({ roles: ['admin'] })
+      .where('id', '=', other.user.id)
+      .execute();
+    const refused = await exchange(adminKey.api_key);
+    expect(refused.statusCode, refused.body).toBe(401);
+    expect(refused.json()).toMatchObject({ code: 'API_KEY_NO_ROLE', error: 'invalid_client' });
   });
 
   it('holds at most api_keys.max_per_user keys at once, and one name once', async () => {

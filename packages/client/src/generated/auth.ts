@@ -128,7 +128,7 @@ export interface paths {
         put?: never;
         /**
          * Give a client a new secret; the old one keeps working for a grace period
-         * @description `grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the previous secret stays valid; "0s" ends it at once (a leaked secret).
+         * @description `grace_period` (a duration such as "30m"; the configured rotation grace by default) is how long the previous secret stays valid, at most 7 days; "0s" ends it at once (a leaked secret).
          */
         post: operations["rotateClientSecret"];
         delete?: never;
@@ -517,7 +517,7 @@ export interface paths {
         put?: never;
         /**
          * A machine client, or a user's API key, exchanged for an access token
-         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of `api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. No refresh token: ask again before `expires_in` runs out. Wrong, unknown, expired or revoked client credentials, and a wrong or unknown API key, all answer 401 `invalid_client` (INVALID_CLIENT); repeated failures 429. An API key sent whole and right but revoked or expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too).
+         * @description Form-encoded (or JSON) `grant_type=client_credentials`; the client authenticates with HTTP Basic or with `client_id` and `client_secret` in the body. Or `grant_type=api_key` with `api_key`: a token of `api_keys.token_ttl` (2 minutes) with the key's scopes (`scope`, `key_id`) and its user's roles but admin. No refresh token: ask again before `expires_in` runs out. Wrong, unknown, expired or revoked client credentials, and a wrong or unknown API key, all answer 401 `invalid_client` (INVALID_CLIENT); repeated failures 429. An API key sent whole and right but revoked or expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too); so is a key whose user holds only admin, which keys never carry: 401 API_KEY_NO_ROLE.
          */
         post: operations["issueToken"];
         delete?: never;

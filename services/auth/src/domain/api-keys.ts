@@ -123,7 +123,8 @@ export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: strin
  * The `api_key` grant: an access token for a valid key (known, its hash matching, not revoked, not expired, of its
  * user's current epoch). An unknown key or a wrong secret is 401 `INVALID_CLIENT`, counted per key and address (429
  * past `token_failures_per_client`); a key whose whole text is right but that was revoked or has expired is told so
- * (`API_KEY_REVOKED`, `API_KEY_EXPIRED`): only its holder can send it, and a program that keeps trying it reads why.
+ * (`API_KEY_REVOKED`, `API_KEY_EXPIRED`, and `API_KEY_NO_ROLE` when its user holds only `admin`, which keys never
+ * carry): only its holder can send it, and a program that keeps trying it reads why.
  */
 export async function grantApiKeyToken(
   ctx: AuthContext,
@@ -143,15 +144,17 @@ export async function grantApiKeyToken(
   if (failures) await ctx.limiter.check(limits.token_failures_per_client, 'token-key', failures);
   // The key with its user's epoch (undefined once the user is gone: as unknown).
   const key = id ? await findApiKeyOfUser(ctx.db, id) : undefined;
-  let refusal: 'unknown key' | 'wrong secret' | 'revoked' | 'expired' | 'user gone' | undefined;
+  let refusal: 'unknown key' | 'wrong secret' | 'revoked' | 'expired' | 'user gone' | 'no role' | undefined;
   if (!key) refusal = 'unknown key';
   else if (!secretMatches(apiKey, key.secret_hash)) refusal = 'wrong secret';
   else if (key.revoked_at || !key.current) refusal = 'revoked';
   else if (key.expires_at && new Date(key.expires_at).getTime() <= Date.now()) refusal = 'expired';
   const user = key && !refusal ? await findUserById(ctx.db, key.user_id) : undefined;
   if (key && !refusal && !user) refusal = 'user gone';
+  // Its tokens never carry admin (token-pair.ts): a user left with admin alone would get a token no service takes.
+  if (user && !refusal && !user.roles.some((role) => role !== 'admin')) refusal = 'no role';
   if (!key || !user || refusal) {
-    const known = refusal === 'revoked' || refusal === 'expired';
+    const known = refusal === 'revoked' || refusal === 'expired' || refusal === 'no role';
     if (failures && !known) await ctx.limiter.hit(limits.token_failures_per_client, 'token-key', failures);
     await audit(
       ctx,
@@ -164,7 +167,7 @@ export async function grantApiKeyToken(
       },
       'API key refused',
     );
-    throw known ? authErrors.apiKeyRefused(refusal as 'revoked' | 'expired') : authErrors.invalidClient();
+    throw known ? authErrors.apiKeyRefused(refusal as 'revoked' | 'expired' | 'no role') : authErrors.invalidClient();
   }
   // Never past the key's own expiry.
   const untilExpiry = key.expires_at

@@ -86,7 +86,8 @@ export async function tokenRoutes(app: App, ctx: AuthContext): Promise<void> {
           'No refresh token: ask again before `expires_in` runs out. ' +
           'Wrong, unknown, expired or revoked client credentials, and a wrong or unknown API key, all answer 401 ' +
           '`invalid_client` (INVALID_CLIENT); repeated failures 429. An API key sent whole and right but revoked or ' +
-          'expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too).',
+          'expired is told so: 401 API_KEY_REVOKED or API_KEY_EXPIRED (`invalid_client` too); so is a key whose user ' +
+          'holds only admin, which keys never carry: 401 API_KEY_NO_ROLE.',
         consumes: ['application/x-www-form-urlencoded', 'application/json'],
         body: tokenBodySchema,
         response: { 200: tokenResponseSchema, ...problems(400, 401, 429, 503) },
