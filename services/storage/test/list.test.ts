@@ -54,6 +54,26 @@ describe('GET /objects/{bucket}/list', () => {
     expect(page2.headers['x-next-start-after']).toBeUndefined();
   });
 
+  it('pages past a key a header cannot carry (日本, é) by its cursor alone, never a 500', async () => {
+    const other = uniqueBucket('list-utf8');
+    await svc.store.ensureBucket(other);
+    const names = ['é1.txt', 'é2.txt', '日本1.txt', '日本2.txt'];
+    for (const key of names) {
+      await svc.app.inject({ method: 'PUT', url: `/objects/${other}/${encodeURIComponent(key)}`, payload: key });
+    }
+    const seen: string[] = [];
+    let url: string | undefined = `/objects/${other}/list?limit=1`;
+    while (url) {
+      const page = await svc.app.inject({ method: 'GET', url });
+      expect(page.statusCode, page.body).toBe(200);
+      expect(page.headers['x-next-start-after']).toBeUndefined();
+      seen.push(...keysOf(page.json()));
+      const cursor = page.headers['x-next-cursor'];
+      url = cursor ? `/objects/${other}/list?limit=1&cursor=${encodeURIComponent(String(cursor))}` : undefined;
+    }
+    expect(seen).toEqual(names);
+  });
+
   it('pages a one-level listing past a folder entry (start_after = the folder)', async () => {
     const page1 = await list('?recursive=false&limit=2');
     expect(keysOf(page1.json())).toEqual(['a.txt', 'data/']);

@@ -107,7 +107,7 @@ export interface paths {
         };
         /**
          * List the objects of a bucket
-         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`). In a one-level listing, a page that ended on a folder continues after the whole folder.
+         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`, when it is printable ASCII). In a one-level listing, a page that ended on a folder continues after the whole folder.
          */
         get: operations["listObjects"];
         put?: never;
@@ -167,7 +167,7 @@ export interface paths {
         };
         /**
          * List the objects of the default bucket
-         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`). In a one-level listing, a page that ended on a folder continues after the whole folder.
+         * @description Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, `X-Next-Start-After` (the last key, for the deprecated `start_after`, when it is printable ASCII). In a one-level listing, a page that ended on a folder continues after the whole folder.
          */
         get: operations["listDefaultBucketObjects"];
         put?: never;
@@ -742,7 +742,7 @@ export interface components {
         "X-Correlation-ID": string;
         /** @description The next page's cursor (pass it as `cursor`); absent on the last page */
         "X-Next-Cursor": string;
-        /** @description Deprecated: the page's last key, for the deprecated `start_after` (use `X-Next-Cursor`) */
+        /** @description Deprecated: the page's last key, for the deprecated `start_after` (use `X-Next-Cursor`); absent when that key is not printable ASCII */
         "X-Next-Start-After": string;
         /** @description The request's ID: the caller's `X-Request-ID` when sane, else a generated one; on every log line */
         "X-Request-ID": string;

@@ -40,7 +40,9 @@ export const HEADERS = {
   },
   Link: { description: 'The next page\'s URL (`<...>; rel="next"`, RFC 8288); absent on the last page', schema: text },
   'X-Next-Start-After': {
-    description: "Deprecated: the page's last key, for the deprecated `start_after` (use `X-Next-Cursor`)",
+    description:
+      "Deprecated: the page's last key, for the deprecated `start_after` (use `X-Next-Cursor`); absent when that key " +
+      'is not printable ASCII',
     schema: text,
   },
   ETag: {

@@ -23,6 +23,8 @@ import { defaultBucket } from './object-target.ts';
 import { objectInfo } from './presenters.ts';
 
 const NEXT_START_AFTER_HEADER = 'x-next-start-after';
+/** A key a header can carry as it is: printable ASCII. */
+const HEADER_SAFE = /^[\x20-\x7e]*$/;
 
 export const listQuery = z.object({
   prefix: maxUtf8Bytes(
@@ -95,7 +97,10 @@ export async function listBucket(
   });
   if (listing.next !== undefined) {
     setNextPage(request, reply, listingCursor(listing.next));
-    reply.header(NEXT_START_AFTER_HEADER, listing.next.slice(folder.length));
+    // A header carries printable ASCII only (Node refuses more: a 500; Latin-1 arrives garbled): a page ending on
+    // any other key names its next page by the cursor alone.
+    const last = listing.next.slice(folder.length);
+    if (HEADER_SAFE.test(last)) reply.header(NEXT_START_AFTER_HEADER, last);
   }
   return reply.send(listing.entries.map((e) => objectInfo({ ...e, key: e.key.slice(folder.length) })));
 }

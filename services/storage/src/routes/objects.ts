@@ -39,7 +39,8 @@ import {
 const LIST_PAGING =
   'Entries are sorted by key (UTF-8 bytes), `limit` per page (default 100). When more entries follow, the response ' +
   'carries `X-Next-Cursor` (pass it as `cursor`) and `Link: <...>; rel="next"`, and, for earlier clients, ' +
-  '`X-Next-Start-After` (the last key, for the deprecated `start_after`). In a one-level listing, a page that ended ' +
+  '`X-Next-Start-After` (the last key, for the deprecated `start_after`, when it is printable ASCII). In a ' +
+  'one-level listing, a page that ended ' +
   'on a folder continues after the whole folder.';
 
 type Handler = (ctx: StorageContext, target: Target, request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
