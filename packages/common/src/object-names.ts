@@ -41,10 +41,11 @@ export function bucketNameProblem(name: string): string | undefined {
 export const MAX_KEY_BYTES = 1024;
 
 /**
- * An object key's characters: no control characters (C0, DEL, C1), no `.` or `..` segment, no leading `/`; at least
- * one character. (Its length, at most `MAX_KEY_BYTES` bytes of UTF-8, is checked beside it.)
+ * An object key's characters: no control characters (C0, DEL, C1), no `.` or `..` segment, no leading `/`, no empty
+ * segment (`a//b`: a store on a file system, the embedded s3rver and MinIO, cannot hold one); at least one character.
+ * (Its length, at most `MAX_KEY_BYTES` bytes of UTF-8, is checked beside it.)
  */
-const KEY_BODY = String.raw`(?!/)(?!(?:[^/]*/)*\.{1,2}(?:/|$))[^\u0000-\u001f\u007f-\u009f]+`;
+const KEY_BODY = String.raw`(?!/)(?!.*//)(?!(?:[^/]*/)*\.{1,2}(?:/|$))[^\u0000-\u001f\u007f-\u009f]+`;
 export const OBJECT_KEY_PATTERN = new RegExp(`^${KEY_BODY}$`);
 /** A listing prefix: empty, or what a key may be. */
 export const PREFIX_PATTERN = new RegExp(`^(?:${KEY_BODY})?$`);
@@ -68,6 +69,7 @@ export function objectKeyProblem(key: string): string | undefined {
   if (OBJECT_KEY_PATTERN.test(key)) return undefined;
   if (CONTROL.test(key)) return 'must not contain control characters';
   if (key.startsWith('/')) return 'must not start with "/"';
+  if (key.includes('//')) return 'must not contain an empty segment ("//")';
   return 'must not contain "." or ".." path segments';
 }
 

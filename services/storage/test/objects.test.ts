@@ -96,6 +96,8 @@ describe('upload', () => {
 
   it.each([
     ['bad%01key', 'control characters'],
+    ['a//b', 'empty segment'],
+    ['x%2F%2Fy', 'empty segment'],
     ['k'.repeat(1025), 'at most 1024 bytes'],
     ['é'.repeat(513), 'at most 1024 bytes'],
   ])('rejects the key %j with 400', async (key, why) => {
