@@ -238,6 +238,17 @@ describe("an upload's bounds", () => {
     const range = await putPart(renter, upload.upload_id, 10_001, Buffer.from('x'));
     expect(range.statusCode).toBe(400);
     expect(range.json().code).toBe('VALIDATION_ERROR');
+    // A part number is written in digits: anything Number() would also read is not part 1.
+    for (const number of ['0x1', '1e0', '%201', '1.0']) {
+      const loose = await as(renter, {
+        method: 'PUT',
+        url: `/uploads/${upload.upload_id}/parts/${number}`,
+        payload: Buffer.from('x'),
+        headers: { 'content-type': 'application/octet-stream' },
+      });
+      expect(loose.statusCode, number).toBe(400);
+      expect(loose.json().code).toBe('VALIDATION_ERROR');
+    }
   });
 
   it('joins nothing without parts, and keeps at most a few unfinished uploads per user', async () => {

@@ -11,6 +11,7 @@ import {
   noBody,
   PAGE_HEADERS,
   pageQuery,
+  queryInteger,
   type RoutePlugin,
   setNextPage,
 } from '@gpu/common';
@@ -116,7 +117,8 @@ const completeBody = z
 
 const uploadParams = z.object({ uploadId: z.uuid().describe('as `POST /uploads` answered it') });
 export const partParams = uploadParams.extend({
-  partNumber: z.coerce.number().int().min(1).max(MAX_PARTS).describe(`1 to ${MAX_PARTS}`),
+  // Digits only: `0x1`, `1e0` and ` 1` are a 400, not part 1.
+  partNumber: queryInteger(1, MAX_PARTS).describe(`1 to ${MAX_PARTS}`),
 });
 
 const uploadNotFound = problemResponse(
