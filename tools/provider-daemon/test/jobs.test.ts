@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Background, startBackground } from '../../../services/billing/src/background.ts';
 import { addAttempt, sessionJobId } from '../../../services/billing/src/db/job-repository.ts';
 import type { BillingDB } from '../../../services/billing/src/db/schema.ts';
-import { followJobs, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
+import { followJobs, nextQueueDeadline, placeJobs } from '../../../services/billing/src/domain/jobs/index.ts';
 import { Dec } from '../../../services/billing/src/domain/ledger/index.ts';
 import { startWorkloadSession } from '../../../services/billing/src/domain/workloads/index.ts';
 import { ended, type JobJson, jobsOn, type RigMachine } from './support/jobs.ts';
@@ -186,6 +186,14 @@ describe('jobs', () => {
       headers: renter.headers,
     });
     expect(balance.json()).toMatchObject({ available: '100.000000', locked: '0.000000' });
+    // A wait for a final checkpoint that ended unanswered is no deadline of the placer's: it was woken every 100 ms.
+    await rig.billing.ctx.db
+      .updateTable('jobs')
+      .set({ state: 'recovering', final_checkpoint_until: new Date(Date.now() - 60_000) })
+      .where('id', '=', id)
+      .execute();
+    const deadline = await nextQueueDeadline(rig.billing.ctx);
+    expect(deadline === null || deadline.getTime() > Date.now(), String(deadline)).toBe(true);
     const cancelled = await rig.billing.app.inject({
       method: 'POST',
       url: `/api/v1/billing/jobs/${id}/cancel`,

@@ -93,16 +93,20 @@ export async function claimJobsToPlace(
 }
 
 /**
- * The earliest time a waiting job must be looked at again without a wake: a queued job's queue timeout, or the end of
- * a recovering job's wait for its last attempt's final checkpoint (null: none).
+ * The earliest time still ahead at which a waiting job must be looked at again without a wake: a queued job's queue
+ * timeout, or the end of a job's wait for its last attempt's final checkpoint (null: none).
  */
-export async function nextQueueTimeout(db: Db): Promise<Date | null> {
+export async function nextQueueTimeout(db: Db, now: Date): Promise<Date | null> {
+  // Only times still ahead: one passed is a round's already (every `place_interval` claims it), and a wait that ended
+  // unanswered keeps its time on the row, which taken for a deadline woke the placer every 100 ms until placed.
+  const ahead = (column: 'queued_until' | 'final_checkpoint_until') =>
+    sql<Date | null>`CASE WHEN ${sql.ref(column)} > ${now} THEN ${sql.ref(column)} END`;
   const row = await db
     .selectFrom('jobs')
     .select((eb) =>
       eb.fn
         .min(
-          sql<Date>`CASE WHEN state = 'queued' THEN LEAST(queued_until, final_checkpoint_until) ELSE final_checkpoint_until END`,
+          sql<Date>`CASE WHEN state = 'queued' THEN LEAST(${ahead('queued_until')}, ${ahead('final_checkpoint_until')}) ELSE ${ahead('final_checkpoint_until')} END`,
         )
         .as('at'),
     )

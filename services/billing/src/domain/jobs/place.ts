@@ -116,7 +116,7 @@ export async function placeJobs(
 
 /** When the next queued job's queue timeout falls (null: no queued job has one): a round then ends it. */
 export function nextQueueDeadline(ctx: BillingContext): Promise<Date | null> {
-  return nextQueueTimeout(ctx.db);
+  return nextQueueTimeout(ctx.db, ctx.now());
 }
 
 /**
