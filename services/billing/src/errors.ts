@@ -316,6 +316,13 @@ export const billingErrors = {
       'UPLOAD_WINDOW_CLOSED',
       `the workload of session ${sessionId} ended longer than billing.workload_upload_window ago: its files can no longer be written`,
     ),
+  attemptSuperseded: (sessionId: string, attempt: number) =>
+    new AppError(
+      'conflict',
+      'ATTEMPT_SUPERSEDED',
+      `session ${sessionId} is an attempt of a job placed again since (attempt ${attempt}): the job's outputs and ` +
+        "logs are the later attempt's, and this one writes none",
+    ),
   invalidOutputPath: (field: string, path: string, problem: string) =>
     errors.validation(`output path ${JSON.stringify(path)}: ${problem}`, [{ path: field, message: problem }]),
   workloadNotFound: (sessionId: string) =>

@@ -267,7 +267,8 @@ describe('jobs', () => {
     const renter = await rig.renter();
     const res = await submit(renter, {
       max_attempts: 3,
-      workload: { command: ['sh', '-c', 'sleep 4'], max_runtime_seconds: 60 },
+      // Every attempt writes the same outputs and logs (one prefix for the job).
+      workload: { command: ['sh', '-c', 'sleep 4'], max_runtime_seconds: 60, output: { prefix: 'results/' } },
     });
     const id = res.json().id;
     const running = await until(
@@ -277,7 +278,7 @@ describe('jobs', () => {
     );
     const first = running.attempts[0];
     // The machine's own daemon ends the session under the job: the provider's fault.
-    await takeBack(first);
+    const owner = await takeBack(first);
     const done = await until(() => job(renter, id), ended, 60_000);
     expect(done, JSON.stringify(done)).toMatchObject({ state: 'succeeded' });
     expect(done.attempts).toHaveLength(2);
@@ -285,6 +286,17 @@ describe('jobs', () => {
     expect(done.attempts[1].provider_id).not.toBe(first.provider_id);
     const costs = done.attempts.map((a: JobJson) => Number(a.cost));
     expect(Number(done.spent)).toBeCloseTo(costs[0] + costs[1], 6);
+    // The first machine, within its upload window still, writes none of the job's outputs or logs: the second's.
+    const headers = { authorization: `Bearer ${await owner.deps.token.get()}` };
+    const files = `/api/v1/billing/sessions/${first.session_id}/workload`;
+    for (const [url, payload] of [
+      [`${files}/grants`, { outputs: ['result.txt'] }],
+      [`${files}/outputs`, { files: [{ path: 'result.txt', size: 5 }] }],
+    ] as const) {
+      const refused = await rig.billing.app.inject({ method: 'POST', url, headers, payload });
+      expect(refused.statusCode, refused.body).toBe(409);
+      expect(refused.json()).toMatchObject({ code: 'ATTEMPT_SUPERSEDED' });
+    }
   });
 
   it.skipIf(!isRoot)(

@@ -592,7 +592,7 @@ export interface paths {
         put?: never;
         /**
          * Presigned URLs of a workload's inputs, logs and outputs, for its machine's daemon
-         * @description The daemon never holds the renter's credentials: it reads the inputs and writes the logs and outputs through these URLs, of exactly those objects, each valid 10 minutes at most. Inputs until the workload runs (none once it runs or its session ended); logs, and the output files named in `outputs` (paths relative to /work/output/, uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until `billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past it. Only the daemon of the session's machine (or its owner), admins and services (403 NOT_SESSION_PROVIDER); 409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 503 STORAGE_UNAVAILABLE.
+         * @description The daemon never holds the renter's credentials: it reads the inputs and writes the logs and outputs through these URLs, of exactly those objects, each valid 10 minutes at most. Inputs until the workload runs (none once it runs or its session ended); logs, and the output files named in `outputs` (paths relative to /work/output/, uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until `billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past it. Only the daemon of the session's machine (or its owner), admins and services (403 NOT_SESSION_PROVIDER); 409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 409 ATTEMPT_SUPERSEDED for an attempt of a job placed again since (the job's outputs and logs are the later attempt's); 503 STORAGE_UNAVAILABLE.
          */
         post: operations["grantWorkloadFiles"];
         delete?: never;
@@ -612,7 +612,7 @@ export interface paths {
         put?: never;
         /**
          * The daemon says what it uploaded from a workload's output directory
-         * @description The workload then names these objects (`outputs`, keys under `<output prefix>output/`), replacing what was said before; in the upload window, by the same callers as the grants.
+         * @description The workload then names these objects (`outputs`, keys under `<output prefix>output/`), replacing what was said before; in the upload window (409 UPLOAD_WINDOW_CLOSED after), by the same callers as the grants; 409 ATTEMPT_SUPERSEDED for an attempt of a job placed again since.
          */
         post: operations["recordWorkloadOutputs"];
         delete?: never;

@@ -188,6 +188,22 @@ export async function runningSessionOfJob(
 }
 
 /** The attempt whose session this is, locked. */
+/**
+ * The number of the job's attempt placed after the one of session `sessionId` (null: none, or not a job's session):
+ * the job moved on from that attempt, whose machine was taken for dead or whose end was settled.
+ */
+export async function laterAttemptThan(db: Db, sessionId: string): Promise<number | null> {
+  const row = await db
+    .selectFrom('job_attempts as mine')
+    .innerJoin('job_attempts as later', (join) =>
+      join.onRef('later.job_id', '=', 'mine.job_id').onRef('later.n', '>', 'mine.n'),
+    )
+    .select((eb) => eb.fn.max('later.n').as('n'))
+    .where('mine.session_id', '=', sessionId)
+    .executeTakeFirst();
+  return row?.n == null ? null : Number(row.n);
+}
+
 export async function findAttempt(trx: Transaction<BillingDB>, sessionId: string): Promise<JobAttemptRow | undefined> {
   return trx.selectFrom('job_attempts').selectAll().where('session_id', '=', sessionId).forUpdate().executeTakeFirst();
 }

@@ -340,7 +340,9 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
           'uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until ' +
           '`billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past ' +
           "it. Only the daemon of the session's machine (or its owner), admins and services (403 NOT_SESSION_PROVIDER); " +
-          '409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 503 STORAGE_UNAVAILABLE.',
+          '409 WORKLOAD_FILES_UNAVAILABLE for a workload that keeps no files in storage; 409 ATTEMPT_SUPERSEDED for ' +
+          "an attempt of a job placed again since (the job's outputs and logs are the later attempt's); " +
+          '503 STORAGE_UNAVAILABLE.',
         params: sessionParams,
         body: grantBody,
         response: { 200: grantsSchema, ...problems(400, 403, 404, 409, 503) },
@@ -369,7 +371,8 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
         summary: "The daemon says what it uploaded from a workload's output directory",
         description:
           'The workload then names these objects (`outputs`, keys under `<output prefix>output/`), replacing what was ' +
-          'said before; in the upload window, by the same callers as the grants.',
+          'said before; in the upload window (409 UPLOAD_WINDOW_CLOSED after), by the same callers as the grants; ' +
+          '409 ATTEMPT_SUPERSEDED for an attempt of a job placed again since.',
         params: sessionParams,
         body: outputsBody,
         response: { 200: workloadSchema, ...problems(400, 403, 404, 409) },

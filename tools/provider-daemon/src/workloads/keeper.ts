@@ -190,8 +190,8 @@ export class FileKeeper {
 
   /**
    * Uploads an ended workload's logs and outputs, then removes its directory. Until then it stays and is tried again
-   * at each poll, until billing says its upload window closed (409), or that the session is not this daemon's or not
-   * there (403, 404): then its directory goes but its logs.
+   * at each poll, until billing says its upload window closed or its job was placed again since (409), or that the
+   * session is not this daemon's or not there (403, 404): then its directory goes but its logs.
    */
   private async collect(sessionId: string): Promise<void> {
     const kept = this.sessions.get(sessionId);
@@ -216,7 +216,7 @@ export class FileKeeper {
       this.logger.warn(
         { err, session_id: sessionId },
         final
-          ? 'the upload window closed: the workload files that were not uploaded are dropped'
+          ? 'billing takes no more of these files (the upload window closed, or the job was placed again): the rest are dropped'
           : 'uploading the workload files failed; trying again at the next poll',
       );
       if (final) {

@@ -29,7 +29,13 @@ import {
   type WorkloadSpec,
   workloadSpecSchema,
 } from '@gpu/common';
-import { endFinalCheckpointWait, findJob, jobOfSession, recordJobCheckpoint } from '../../db/job-repository.ts';
+import {
+  endFinalCheckpointWait,
+  findJob,
+  jobOfSession,
+  laterAttemptThan,
+  recordJobCheckpoint,
+} from '../../db/job-repository.ts';
 import { findWorkload, markFinalCheckpointSaid, recordOutputs } from '../../db/workload-repository.ts';
 import { billingErrors } from '../../errors.ts';
 import { mayReportUsage, notSessionProvider } from '../access.ts';
@@ -153,6 +159,7 @@ export async function grantWorkloadFiles(
   const now = ctx.now().getTime();
   const closes = uploadWindowCloses(ctx, session, row);
   if (now >= closes) throw billingErrors.uploadWindowClosed(sessionId);
+  await notSuperseded(ctx, session);
   const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
   const output = spec.output;
   // Inputs are fetched before the workload runs: granted until it does, never once it runs or its session ended.
@@ -285,9 +292,21 @@ export async function recordWorkloadOutputs(
   const { session, row, spec } = await daemonsWorkload(ctx, actor, sessionId);
   if (!spec.output) throw billingErrors.workloadFilesUnavailable(sessionId);
   if (ctx.now().getTime() >= uploadWindowCloses(ctx, session, row)) throw billingErrors.uploadWindowClosed(sessionId);
+  await notSuperseded(ctx, session);
   const output = spec.output;
   const objects = files.map((f, i) => ({ ...outputRef(output, f.path, `body.files[${i}].path`), size: f.size }));
   await recordOutputs(ctx.db, sessionId, objects, refused, ctx.now());
+}
+
+/**
+ * Every attempt of a job writes the same outputs and logs (`<prefix>output/...`, `<prefix>logs/...`): an attempt the
+ * job was placed again after (its machine taken for dead, back within the upload window) writes none of them, nor says
+ * what it wrote, which would be the later attempt's (409 ATTEMPT_SUPERSEDED). Its checkpoint is its own object.
+ */
+async function notSuperseded(ctx: BillingContext, session: { id: string; job_id: string }): Promise<void> {
+  if (!jobOfSession(session.job_id)) return;
+  const later = await laterAttemptThan(ctx.db, session.id);
+  if (later !== null) throw billingErrors.attemptSuperseded(session.id, later);
 }
 
 const parseSpec = (spec: unknown): WorkloadSpec =>
