@@ -308,6 +308,8 @@ export const billingConfigSchema = z.object({
       final_checkpoint_wait: zDuration().default('60s'),
       /** The attempts a job gets unless its renter says (`max_attempts`). */
       default_max_attempts: zInt(1, 100).default(3),
+      /** The most jobs a renter has open (not ended) at once: another submit is 409 TOO_MANY_OPEN_JOBS. */
+      max_open_per_renter: zInt(1, 1_000_000).default(1000),
     })
     .prefault({}),
   /**

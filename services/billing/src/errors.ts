@@ -316,6 +316,14 @@ export const billingErrors = {
       'UPLOAD_WINDOW_CLOSED',
       `the workload of session ${sessionId} ended longer than billing.workload_upload_window ago: its files can no longer be written`,
     ),
+  tooManyOpenJobs: (max: number) =>
+    new AppError(
+      'conflict',
+      'TOO_MANY_OPEN_JOBS',
+      `you have ${max} jobs not ended, the most a renter may (jobs.max_open_per_renter): wait for some to end, or ` +
+        'cancel some',
+      { extra: { max_open_jobs: max } },
+    ),
   attemptSuperseded: (sessionId: string, attempt: number) =>
     new AppError(
       'conflict',

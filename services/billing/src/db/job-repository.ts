@@ -26,6 +26,17 @@ export async function findJob(db: Db, id: string, forUpdate = false): Promise<Jo
 }
 
 /** The renter's job submitted with this idempotency key, if any. */
+/** How many of the user's jobs have not ended (queued, placing, running or recovering). */
+export async function countOpenJobs(db: Db, userId: string): Promise<number> {
+  const row = await db
+    .selectFrom('jobs')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('user_id', '=', userId)
+    .where('ended_at', 'is', null)
+    .executeTakeFirst();
+  return Number(row?.n ?? 0);
+}
+
 export async function findJobByKey(db: Db, userId: string, key: string): Promise<JobRow | undefined> {
   return db
     .selectFrom('jobs')
@@ -62,7 +73,8 @@ export async function endAttempt(
 /**
  * Claims up to `limit` jobs to place, locked, skipping those another placer holds: queued and recovering jobs due
  * now (with `waiting`, those waiting out their retry too), queued jobs past their queue timeout, and placements whose
- * placer's time ran out (killed mid-way, or too slow).
+ * placer's time ran out (killed mid-way, or too slow). Renters take turns (`turnOrder`): each renter's first due job,
+ * then each one's second, and so on, so that a renter's thousand queued jobs hold back no one else's.
  */
 export async function claimJobsToPlace(
   trx: Transaction<BillingDB>,
@@ -70,27 +82,44 @@ export async function claimJobsToPlace(
   limit: number,
   waiting = false,
 ): Promise<JobRow[]> {
-  return trx
-    .selectFrom('jobs')
-    .selectAll()
-    .where((eb) =>
-      eb.or([
-        eb.and([
-          eb('state', 'in', ['queued', 'recovering']),
-          ...(waiting ? [] : [eb('place_after', '<=', now)]),
-          // An ended attempt's final checkpoint still on its way: not even a wake for capacity places it sooner.
-          eb.or([eb('final_checkpoint_until', 'is', null), eb('final_checkpoint_until', '<=', now)]),
-        ]),
-        eb.and([eb('state', '=', 'queued'), eb('queued_until', '<=', now)]),
-        eb.and([eb('state', '=', 'placing'), eb('placing_until', '<', now)]),
-      ]),
-    )
-    .orderBy('place_after')
-    .limit(limit)
-    .forUpdate()
-    .skipLocked()
-    .execute();
+  const due = (t: 'jobs' | 'd') => {
+    const c = (column: string) => sql.ref(`${t}.${column}`);
+    return sql<SqlBool>`(
+      (${c('state')} IN ('queued', 'recovering')
+        ${waiting ? sql`` : sql`AND ${c('place_after')} <= ${now}`}
+        -- An ended attempt's final checkpoint still on its way: not even a wake for capacity places it sooner.
+        AND (${c('final_checkpoint_until')} IS NULL OR ${c('final_checkpoint_until')} <= ${now}))
+      OR (${c('state')} = 'queued' AND ${c('queued_until')} <= ${now})
+      OR (${c('state')} = 'placing' AND ${c('placing_until')} < ${now}))`;
+  };
+  return (
+    trx
+      .selectFrom('jobs')
+      .innerJoin(
+        (eb) =>
+          eb
+            .selectFrom('jobs as d')
+            .select(['d.id', turnOrder('d').as('turn')])
+            .where(due('d'))
+            .as('due'),
+        (join) => join.onRef('due.id', '=', 'jobs.id'),
+      )
+      .selectAll('jobs')
+      // Again on the row as locked: a job another placer changed meanwhile is looked at as it is now.
+      .where(due('jobs'))
+      .orderBy('due.turn')
+      .orderBy('jobs.place_after')
+      .orderBy('jobs.id')
+      .limit(limit)
+      .forUpdate('jobs')
+      .skipLocked()
+      .execute()
+  );
 }
+
+/** A job's turn among its renter's: 1 for the renter's earliest (by `place_after`), 2 for the next. */
+const turnOrder = (t: 'd' | 'q') =>
+  sql<number>`row_number() OVER (PARTITION BY ${sql.ref(`${t}.user_id`)} ORDER BY ${sql.ref(`${t}.place_after`)}, ${sql.ref(`${t}.id`)})`;
 
 /**
  * The earliest time still ahead at which a waiting job must be looked at again without a wake: a queued job's queue
@@ -317,19 +346,21 @@ export async function sessionOutcome(
     .executeTakeFirst();
 }
 
-/** The place of each queued job among all queued jobs (1: next), by when it was queued. */
+/**
+ * The place of each queued job in the queue (1: next), as the placer takes them: by its turn among its renter's queued
+ * jobs (`turnOrder`), then by when it was queued.
+ */
 export async function queuePositions(db: Db, ids: readonly string[]): Promise<Map<string, number>> {
   if (ids.length === 0) return new Map();
-  const rows = await db
-    .selectFrom('jobs as j')
-    .select([
-      'j.id',
-      sql<string>`(SELECT count(*) FROM jobs q WHERE q.state IN ('queued', 'recovering')
-        AND (q.place_after, q.id) <= (j.place_after, j.id))`.as('position'),
-    ])
-    .where('j.id', 'in', ids)
-    .where('j.state', 'in', ['queued', 'recovering'])
-    .execute();
+  const { rows } = await sql<{ id: string; position: string }>`
+    WITH queue AS (
+      SELECT q.id, q.place_after, ${turnOrder('q')} AS turn FROM jobs q WHERE q.state IN ('queued', 'recovering')
+    )
+    SELECT mine.id,
+      (SELECT count(*) FROM queue q WHERE (q.turn, q.place_after, q.id) <= (mine.turn, mine.place_after, mine.id))
+        AS position
+    FROM queue mine
+    WHERE mine.id IN (${sql.join(ids)})`.execute(db);
   return new Map(rows.map((r) => [r.id, Number(r.position)]));
 }
 

@@ -205,7 +205,8 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
           '`bid_per_gpu_hour` above `max_price_per_gpu_hour`; 403 NOT_WALLET_HOLDER for a wallet not ' +
           "the renter's; 409 NO_MACHINE_COULD_MEET when no registered machine could ever meet the terms (naming what " +
           'is missing; `wait_for_capacity` queues it all the same), JOBS_NEED_A_REGISTRY when billing runs without ' +
-          'the provider registry.',
+          'the provider registry, TOO_MANY_OPEN_JOBS when the renter has `jobs.max_open_per_renter` jobs not ended ' +
+          '(1000 by default).',
         headers: idempotencyHeaders,
         body: submitBody,
         response: { 201: jobSchema, ...problems(400, 403, 404, 409, 503) },
@@ -238,6 +239,7 @@ export async function jobRoutes(app: App, deps: RouteDeps) {
         },
         workload: b.workload,
         maxAttempts: b.max_attempts ?? defaultAttempts,
+        maxOpen: deps.config.jobs.max_open_per_renter,
         retryOnFailure: b.retry_on_failure,
         spendCap: requestAmount(b.spend_cap, ctx.scale, 'body.spend_cap'),
         queueTimeoutSeconds: b.queue_timeout_seconds,

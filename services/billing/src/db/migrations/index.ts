@@ -42,6 +42,7 @@ import { finalCheckpointSaidMigration } from './0038-final-checkpoint-said.ts';
 import { runningJobPerRenterMigration } from './0039-running-job-per-renter.ts';
 import { jobRequestHashMigration } from './0040-job-request-hash.ts';
 import { sessionOutbidMigration } from './0041-session-outbid.ts';
+import { openJobsByRenterMigration } from './0042-open-jobs-by-renter.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -86,5 +87,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0039-running-job-per-renter': runningJobPerRenterMigration,
     '0040-job-request-hash': jobRequestHashMigration,
     '0041-session-outbid': sessionOutbidMigration,
+    '0042-open-jobs-by-renter': openJobsByRenterMigration,
   };
 }

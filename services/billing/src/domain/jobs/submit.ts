@@ -8,12 +8,14 @@ import {
   errors,
   isPrivileged,
   type KeysetPosition,
+  lockName,
   type Page,
   type Principal,
   type WorkloadSpec,
 } from '@gpu/common';
 import {
   attemptsOf,
+  countOpenJobs,
   findJob,
   findJobByKey,
   insertJob,
@@ -42,6 +44,8 @@ export interface SubmitJobInput {
   terms: JobTerms;
   workload: WorkloadSpec;
   maxAttempts: number;
+  /** The most jobs the renter may have open at once (`jobs.max_open_per_renter`): this one refused past it. */
+  maxOpen: number;
   retryOnFailure: boolean;
   spendCap: Dec;
   /** Seconds it may wait in the queue before it is placed (none: as long as it takes). */
@@ -114,28 +118,34 @@ export async function submitJob(ctx: BillingContext, input: SubmitJobInput): Pro
   if (!input.waitForCapacity) await assertSomeMachineCould(ctx, input.terms);
   const now = ctx.now();
   try {
-    const row = await insertJob(ctx.db, {
-      id: randomUUID(),
-      user_id: userId,
-      wallet_id: wallet.id,
-      name: input.name ?? null,
-      idempotency_key: idempotency?.key ?? null,
-      request_hash: idempotency?.hash ?? null,
-      terms: JSON.stringify(input.terms),
-      workload: JSON.stringify(input.workload),
-      max_attempts: input.maxAttempts,
-      retry_on_failure: input.retryOnFailure,
-      spend_cap: input.spendCap.toFixed(ctx.scale),
-      state: 'queued',
-      reason: 'waiting for a machine',
-      session_id: null,
-      place_after: now,
-      placing_until: null,
-      queued_until:
-        input.queueTimeoutSeconds === undefined ? null : new Date(now.getTime() + input.queueTimeoutSeconds * 1000),
-      created_at: now,
-      updated_at: now,
-      ended_at: null,
+    // Counted and written under the renter's lock: submits sent at once never pass the bound together.
+    const row = await ctx.db.transaction().execute(async (trx) => {
+      await lockName(trx, `jobs:${userId}`);
+      const open = await countOpenJobs(trx, userId);
+      if (open >= input.maxOpen) throw billingErrors.tooManyOpenJobs(input.maxOpen);
+      return insertJob(trx, {
+        id: randomUUID(),
+        user_id: userId,
+        wallet_id: wallet.id,
+        name: input.name ?? null,
+        idempotency_key: idempotency?.key ?? null,
+        request_hash: idempotency?.hash ?? null,
+        terms: JSON.stringify(input.terms),
+        workload: JSON.stringify(input.workload),
+        max_attempts: input.maxAttempts,
+        retry_on_failure: input.retryOnFailure,
+        spend_cap: input.spendCap.toFixed(ctx.scale),
+        state: 'queued',
+        reason: 'waiting for a machine',
+        session_id: null,
+        place_after: now,
+        placing_until: null,
+        queued_until:
+          input.queueTimeoutSeconds === undefined ? null : new Date(now.getTime() + input.queueTimeoutSeconds * 1000),
+        created_at: now,
+        updated_at: now,
+        ended_at: null,
+      });
     });
     // The job as submitted, read before the placer is woken: its answer never shows a placement half under way (an
     // attempt listed on a job still queued).
