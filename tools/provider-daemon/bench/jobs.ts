@@ -40,7 +40,11 @@ const TARGET_MEDIAN_MS = 3000;
 const TARGET_LOST_MS = 120_000;
 const logger = createLogger({ service: 'jobs-bench', instanceId: 'b', level: 'silent' });
 
-const platform = await startPlatform('jobs_bench', { registryEvents: true });
+// One renter queues them all: past the default bound of open jobs a renter holds.
+const platform = await startPlatform('jobs_bench', {
+  registryEvents: true,
+  billing: { jobs: { max_open_per_renter: QUEUED + 100 } },
+});
 const { billingUrl } = platform;
 const renter = await platform.renter('10000000');
 const asService = await platform.serviceHeaders();
