@@ -6,7 +6,7 @@ import { type App, createApp, durationMs, type EventPublisher } from '@gpu/commo
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import type { Reconciler } from './domain/catalog/index.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
-import { PeriodClaims, StorageMeter, type UsageSink } from './domain/metering.ts';
+import { PeriodClaims, StorageMeter, type UsageSink, withOpenUploads } from './domain/metering.ts';
 import { startSweeper } from './domain/uploads/resumable.ts';
 import { bucketRoutes } from './routes/buckets.ts';
 import { grantRoutes } from './routes/grants.ts';
@@ -74,7 +74,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
         : billingUsageSink(metering, ctx.logger);
   const meter = sink
     ? new StorageMeter({
-        usage: ctx.catalog,
+        usage: withOpenUploads(ctx.catalog, ctx.uploads),
         sink,
         intervalMs: durationMs(metering.interval),
         logger: ctx.logger,

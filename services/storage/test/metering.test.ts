@@ -78,6 +78,33 @@ describe('storage metering', () => {
     expect(end.getTime()).toBeLessThanOrEqual(before);
   });
 
+  it('counts the parts of open resumable uploads: an object moved into one is billed as much', async () => {
+    const carol = await svc.issuer.user(['renter']);
+    const as = (req: { method?: string; url: string; payload?: unknown }) =>
+      svc.app.inject({ method: 'GET', ...req, headers: carol.headers } as never);
+    const kept = await as({ method: 'PUT', url: '/objects/kept.bin', payload: Buffer.alloc(2000, 7) });
+    expect(kept.statusCode, kept.body).toBe(201);
+    const started = await as({ method: 'POST', url: '/uploads', payload: { key: 'later.bin' } });
+    expect(started.statusCode, started.body).toBe(201);
+    const id = started.json().upload_id;
+    // The store copies the object into the upload's part, and the object goes: its bytes are in the part now.
+    const copied = await as({
+      method: 'POST',
+      url: `/uploads/${id}/parts/1/copy`,
+      payload: { source: { key: 'kept.bin' }, source_etag: kept.json().etag },
+    });
+    expect(copied.statusCode, copied.body).toBe(200);
+    expect((await as({ method: 'DELETE', url: '/objects/kept.bin' })).statusCode).toBe(204);
+    reports.length = 0;
+    await svc.app.meter!.meter();
+    expect(reports.find((r) => r.userId === carol.id)).toMatchObject({ bytes: 2000 });
+    // Completed, the upload is the object: counted once.
+    expect((await as({ method: 'POST', url: `/uploads/${id}/complete`, payload: {} })).statusCode).toBe(201);
+    reports.length = 0;
+    await svc.app.meter!.meter();
+    expect(reports.find((r) => r.userId === carol.id)).toMatchObject({ bytes: 2000 });
+  });
+
   it('keeps a report billing could not take, and sends it again at the next period', async () => {
     const carol = await svc.issuer.user(['renter']);
     await put(carol.headers, '/objects/carol.bin', 512);

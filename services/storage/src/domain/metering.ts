@@ -2,7 +2,7 @@
  * Stored bytes, measured for billing. Once per period (`metering.interval`, periods starting at its multiples since
  * the epoch, UTC, so every instance's agree), the meter adds up what each owner stores, from the object catalog's
  * owners (`catalog/`): every object of the buckets they own (the owner records), and every object under their folder
- * of the default bucket (`users/{id}/`). Buckets without an owner record (made outside the platform) are nobody's and
+ * of the default bucket (`users/{id}/`); and the parts of their open resumable uploads (`withOpenUploads`). Buckets without an owner record (made outside the platform) are nobody's and
  * billed to nobody. The catalog follows the store within `reconcile_interval` for what was written behind the
  * service's back; what went through the service is in it at once. Each owner's bytes are
  * reported to billing for the period just ended: bytes × the period's length is what billing charges, so an object
@@ -40,6 +40,24 @@ const MAX_PENDING = 10_000;
 /** What each owner stores now, in bytes: the object catalog's sums (`catalog/`). */
 interface UsageSource {
   usageByOwner(): Promise<Map<string, number>>;
+}
+
+/**
+ * What each owner stores: the catalog's objects, and the parts of their open resumable uploads (the store holds them
+ * as much; `Uploads.heldBytesByOwner`).
+ */
+export function withOpenUploads(
+  catalog: UsageSource,
+  uploads: { heldBytesByOwner(): Promise<Map<string, number>> },
+): UsageSource {
+  return {
+    async usageByOwner() {
+      const [objects, parts] = await Promise.all([catalog.usageByOwner(), uploads.heldBytesByOwner()]);
+      const total = new Map(objects);
+      for (const [owner, bytes] of parts) total.set(owner, (total.get(owner) ?? 0) + bytes);
+      return total;
+    },
+  };
 }
 
 /** The period of `intervalMs` that ended last at `now`: `[end - interval, end)`, `end` a multiple of the interval. */

@@ -327,6 +327,32 @@ export class Uploads {
   }
 
   /**
+   * The bytes each owner's open uploads hold at the store now (their parts, as the store lists them): stored bytes as
+   * much as an object's, so metered with them (a part copied from an object, the object deleted before a period's end
+   * and the upload completed after it, was never billed). An upload the store no longer knows holds nothing.
+   */
+  async heldBytesByOwner(now = Date.now()): Promise<Map<string, number>> {
+    const held = new Map<string, number>();
+    let token: string | undefined;
+    do {
+      const page = await this.records(RECORDS, 1000, token);
+      for (const entry of page.objects) {
+        if ((entry.lastModified?.getTime() ?? now) + this.settings.expiryMs <= now) continue;
+        const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
+        if (!record) continue;
+        const parts = await this.store.listParts(record.bucket, record.key, record.store_upload_id).catch((err) => {
+          if (['UPLOAD_NOT_FOUND', 'BUCKET_NOT_FOUND'].includes((err as { code?: string }).code ?? '')) return [];
+          throw err;
+        });
+        const bytes = parts.reduce((sum, part) => sum + part.size, 0);
+        if (bytes > 0) held.set(record.owner, (held.get(record.owner) ?? 0) + bytes);
+      }
+      token = page.nextToken;
+    } while (token);
+    return held;
+  }
+
+  /**
    * Aborts every upload started more than `upload_expiry` ago (of every owner); how many. A record's time in the
    * listing is when it was written, so only expired uploads' records are read.
    */
