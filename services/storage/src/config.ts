@@ -57,6 +57,11 @@ export const storageConfigSchema = z.object({
       /** Largest accepted upload: 5 GiB (5,368,709,120 bytes) by default, the spec's 5 GB bound. */
       max_upload_size: zInt(1).default(5 * GB),
       /**
+       * The most keys a user may have presigned write URLs open for at once (each costs every reconciliation run a look
+       * at the store); another key's is 409 TOO_MANY_WRITE_URLS. Admins and platform services are not counted.
+       */
+      max_open_write_urls: zInt(1).default(10_000),
+      /**
        * The most bytes (UTF-8) of one `/`-separated segment of a key that the store holds (`domain/key-limits.ts`): 233
        * by default, what every store the platform runs on holds (the embedded s3rver, MinIO); S3 has no limit per
        * segment (1024: the key's own limit alone). A longer segment is a 400 before the store is asked.

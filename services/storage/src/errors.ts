@@ -39,6 +39,12 @@ export const storageErrors = {
   storeUnavailable: (cause: unknown) => errors.dependencyUnavailable('object store', cause),
   uploadNotFound: () =>
     errors.notFound('UPLOAD_NOT_FOUND', 'no such upload of yours: never made, completed, aborted or expired'),
+  tooManyWriteUrls: (limit: number) =>
+    errors.conflict(
+      'TOO_MANY_WRITE_URLS',
+      `you have write URLs open for ${limit} keys, the most there may be (object_store.max_open_write_urls): wait ` +
+        'for some to expire, or ask again for a key you have one of',
+    ),
   tooManyUploads: (limit: number) =>
     errors.conflict(
       'TOO_MANY_UPLOADS',

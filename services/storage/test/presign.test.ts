@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startService, type TestService, uniqueBucket } from './helpers.ts';
+import { openTestCatalog, startService, type TestService, uniqueBucket } from './helpers.ts';
 
 const run = promisify(execFile);
 let svc: TestService;
@@ -124,6 +124,49 @@ describe('POST /presigned-url/{bucket}/{key}', () => {
       expect(res.json().url).toContain(`/${bucket}/dl.bin`);
     } finally {
       await pub.close();
+    }
+  });
+});
+
+describe('write URLs a user has open', () => {
+  it('are at most max_open_write_urls keys: one key again is always given, another is 409 until they expire', async () => {
+    const limited = await startService({ objectStore: { max_open_write_urls: 3 } });
+    const { database } = await openTestCatalog();
+    try {
+      const user = await limited.issuer.user(['renter']);
+      const ask = (key: string, method = 'PUT', headers = user.headers) =>
+        limited.app.inject({
+          method: 'POST',
+          url: `/presigned-url/${encodeURIComponent(key)}`,
+          headers,
+          payload: { method, expiry: '1h' },
+        });
+      for (const key of ['a.bin', 'b.bin', 'c.bin']) expect((await ask(key)).statusCode).toBe(200);
+      // The same key again: its one note moves on, never a row a URL.
+      for (let i = 0; i < 5; i++) expect((await ask('a.bin')).statusCode).toBe(200);
+      const notes = await database.db
+        .selectFrom('catalog_expected_writes')
+        .select('key')
+        .where('key', '=', `users/${user.id}/a.bin`)
+        .execute();
+      expect(notes).toHaveLength(1);
+      const refused = await ask('d.bin');
+      expect(refused.statusCode, refused.body).toBe(409);
+      expect(refused.json()).toMatchObject({ code: 'TOO_MANY_WRITE_URLS' });
+      // Reading is not bounded, nor is another user, nor an admin.
+      expect((await ask('d.bin', 'GET')).statusCode).toBe(200);
+      const other = await limited.issuer.user(['renter']);
+      expect((await ask('d.bin', 'PUT', other.headers)).statusCode).toBe(200);
+      expect((await ask(`users/${user.id}/e.bin`, 'PUT', limited.auth)).statusCode).toBe(200);
+      // Asked for at once, a fresh user's URLs pass the bound no more than one by one.
+      const racer = await limited.issuer.user(['renter']);
+      const answers = await Promise.all(
+        ['1', '2', '3', '4', '5', '6'].map((n) => ask(`race-${n}.bin`, 'PUT', racer.headers)),
+      );
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 200, 200, 409, 409, 409]);
+    } finally {
+      await database.close();
+      await limited.close();
     }
   });
 });

@@ -187,7 +187,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** A time-limited URL for a direct GET or PUT against the object store */
+        /**
+         * A time-limited URL for a direct GET or PUT against the object store
+         * @description A user has write (PUT) URLs open for at most `object_store.max_open_write_urls` keys (10,000 by default): another key's is 409 TOO_MANY_WRITE_URLS until some expire; a URL of a key they hold one of is always given.
+         */
         post: operations["presignObjectUrl"];
         delete?: never;
         options?: never;
@@ -204,7 +207,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** A presigned URL for an object of the default bucket */
+        /**
+         * A presigned URL for an object of the default bucket
+         * @description A user has write (PUT) URLs open for at most `object_store.max_open_write_urls` keys (10,000 by default): another key's is 409 TOO_MANY_WRITE_URLS until some expire; a URL of a key they hold one of is always given.
+         */
         post: operations["presignDefaultBucketObjectUrl"];
         delete?: never;
         options?: never;

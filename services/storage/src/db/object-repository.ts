@@ -11,6 +11,7 @@ import type {
   ExpectedWrite,
   ObjectCatalog,
   SweepPosition,
+  WriteUrlOwner,
 } from '../domain/catalog/catalog.ts';
 import type { ObjectEntry } from '../domain/store.ts';
 import type { StorageDB } from './schema.ts';
@@ -203,9 +204,39 @@ export class ObjectRepository implements ObjectCatalog {
   async expectWrite(write: ExpectedWrite): Promise<void> {
     await this.db
       .insertInto('catalog_expected_writes')
-      .values(write)
-      .onConflict((oc) => oc.columns(['bucket', 'key', 'until']).doNothing())
+      .values({ ...write, kind: 'copy' })
+      .onConflict((oc) => oc.columns(['bucket', 'key', 'until', 'kind']).doNothing())
       .execute();
+  }
+
+  async noteWriteUrl(write: ExpectedWrite, owner?: WriteUrlOwner): Promise<boolean> {
+    return this.db.transaction().execute(async (trx) => {
+      if (owner) {
+        // The owner's URLs take turns: two handed out at once never pass the bound together.
+        await lockName(trx, `write-urls:${owner.id}`);
+        const open = await trx
+          .selectFrom('catalog_expected_writes')
+          .select((eb) => eb.fn.countAll<string>().as('n'))
+          .where('kind', '=', 'url')
+          .where('owner', '=', owner.id)
+          .where('until', '>', sql<Date>`now()`)
+          // The key itself, noted already, is no other key: a URL of it again moves its note on.
+          .where((eb) => eb.not(eb.and([eb('bucket', '=', write.bucket), eb('key', '=', write.key)])))
+          .executeTakeFirst();
+        if (Number(open?.n ?? 0) >= owner.max) return false;
+      }
+      await trx
+        .insertInto('catalog_expected_writes')
+        .values({ ...write, kind: 'url', owner: owner?.id ?? null })
+        .onConflict((oc) =>
+          oc.columns(['bucket', 'key']).where('kind', '=', 'url').doUpdateSet({
+            until: sql<Date>`GREATEST(catalog_expected_writes.until, excluded.until)`,
+            owner: sql<string | null>`COALESCE(excluded.owner, catalog_expected_writes.owner)`,
+          }),
+        )
+        .execute();
+      return true;
+    });
   }
 
   async expectedWrites(): Promise<ExpectedWrite[]> {
@@ -229,6 +260,7 @@ export class ObjectRepository implements ObjectCatalog {
       .where('bucket', '=', write.bucket)
       .where('key', '=', write.key)
       .where('until', '=', write.until)
+      .where('kind', '=', 'copy')
       .execute();
   }
 }

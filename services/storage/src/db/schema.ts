@@ -43,6 +43,10 @@ interface CatalogExpectedWritesTable {
   bucket: string;
   key: string;
   until: Date;
+  /** A write URL's note (one per key) or a copy's (one per copy). */
+  kind: ColumnType<'url' | 'copy', 'url' | 'copy' | undefined, never>;
+  /** The user a write URL was handed to (null: a copy's, a platform service's or an admin's). */
+  owner: string | null;
 }
 
 export interface StorageDB {

@@ -161,7 +161,17 @@ export interface ObjectStore {
    */
   delete(bucket: string, key: string, opts?: { ifMatch?: string }): Promise<void>;
   listPage(req: StorePageRequest): Promise<StorePage>;
-  presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string>;
+  /**
+   * A presigned URL of the key. `owner`: the user a write URL is handed to and the most keys with write URLs open
+   * they may have (the catalog counts them: 409 TOO_MANY_WRITE_URLS past it); a store alone takes no notice of it.
+   */
+  presign(
+    bucket: string,
+    key: string,
+    method: 'GET' | 'PUT',
+    expiresInSeconds: number,
+    owner?: { id: string; max: number },
+  ): Promise<string>;
   /** Starts a multipart upload at the store; its upload ID. */
   createMultipart(bucket: string, key: string, contentType: string): Promise<string>;
   /** Sends one part of exactly `length` bytes (streamed); its ETag. NoSuchUpload is UPLOAD_NOT_FOUND. */

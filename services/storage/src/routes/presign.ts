@@ -1,5 +1,5 @@
 /** Presigned GET/PUT URLs against the object store, bucket-named and default-bucket. */
-import { assertScope, callerOf, type Principal, type RoutePlugin } from '@gpu/common';
+import { assertScope, callerOf, isPrivileged, type Principal, type RoutePlugin } from '@gpu/common';
 import { z } from 'zod';
 import { STORAGE_ROLES, type ResolvedTarget as Target } from '../domain/access.ts';
 import type { StorageContext } from '../domain/context.ts';
@@ -29,11 +29,20 @@ const presignResponse = z
   })
   .register(schemas, { id: 'PresignedUrl' });
 
+const PRESIGN_DOCS =
+  'A user has write (PUT) URLs open for at most `object_store.max_open_write_urls` keys (10,000 by default): ' +
+  "another key's is 409 TOO_MANY_WRITE_URLS until some expire; a URL of a key they hold one of is always given.";
+
 async function presign(ctx: StorageContext, caller: Principal, target: Target, body: z.infer<typeof presignBody>) {
   // A URL to read needs storage:read, one to write storage:write (the route takes a key with either).
   assertScope(caller, body.method === 'PUT' ? 'storage:write' : 'storage:read');
   const seconds = expirySeconds(body.expiry, PRESIGN_EXPIRY);
-  const url = await ctx.store.presign(target.bucket, target.key, body.method, seconds);
+  // A user's write URLs are counted against their bound; an admin's or a platform service's are not.
+  const owner =
+    body.method === 'PUT' && !isPrivileged(caller)
+      ? { id: ctx.access.ownerOf(caller), max: ctx.config.object_store.max_open_write_urls }
+      : undefined;
+  const url = await ctx.store.presign(target.bucket, target.key, body.method, seconds, owner);
   return {
     url,
     method: body.method,
@@ -53,6 +62,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         tags: ['presigned URLs'],
         operationId: 'presignObjectUrl',
         summary: 'A time-limited URL for a direct GET or PUT against the object store',
+        description: PRESIGN_DOCS,
         params: bucketKeyParams,
         body: presignBody,
         response,
@@ -68,6 +78,7 @@ export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
         tags: ['presigned URLs (default bucket)'],
         operationId: 'presignDefaultBucketObjectUrl',
         summary: 'A presigned URL for an object of the default bucket',
+        description: PRESIGN_DOCS,
         params: keyParams,
         body: presignBody,
         response,

@@ -64,6 +64,12 @@ export interface ExpectedWrite {
   until: Date;
 }
 
+/** The user a write URL is handed to, and the most keys with write URLs open they may have. */
+export interface WriteUrlOwner {
+  id: string;
+  max: number;
+}
+
 /** The catalog's storage, as the rules use it. */
 export interface ObjectCatalog {
   /** The database's clock: the times rows are written with. */
@@ -113,13 +119,19 @@ export interface ObjectCatalog {
   /** Where the sweep stopped last (the first bucket's start when it never ran). */
   sweepPosition(): Promise<SweepPosition>;
   saveSweepPosition(position: SweepPosition): Promise<void>;
-  /** Notes that the key may be written at the store, behind the service's back, until `until` (a note of its own). */
+  /** Notes that a copy may write the key at the store until `until` (a note of its own, the copy's). */
   expectWrite(write: ExpectedWrite): Promise<void>;
+  /**
+   * Notes that a write URL may write the key at the store until `until` (the key's one write-URL note, its `until`
+   * moved on); with `owner`, the user it is handed to, unless they have `owner.max` other keys with write URLs open
+   * (false: nothing noted, the URL is not to be handed out).
+   */
+  noteWriteUrl(write: ExpectedWrite, owner?: WriteUrlOwner): Promise<boolean>;
   /** The keys noted, each once, with its latest `until`. */
   expectedWrites(): Promise<ExpectedWrite[]>;
   /** Forgets the keys whose URLs expired before `before`. */
   forgetExpectedWrites(before: Date): Promise<void>;
-  /** Forgets one note (another note of its key, a write URL's, stays). */
+  /** Forgets one copy's note (another note of its key, a write URL's, stays). */
   forgetExpectedWrite(write: ExpectedWrite): Promise<void>;
 }
 

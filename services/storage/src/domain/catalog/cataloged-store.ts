@@ -10,6 +10,7 @@
  * (owner records, upload records, metering markers) are not catalogued: they are no one's objects.
  */
 import { errors } from '@gpu/common';
+import { storageErrors } from '../../errors.ts';
 import type {
   CopyRequest,
   ObjectBody,
@@ -24,7 +25,7 @@ import type {
   StorePageRequest,
   UploadRequest,
 } from '../store.ts';
-import { catalogRow, type ObjectCatalog, type ObjectOwners } from './catalog.ts';
+import { catalogRow, type ObjectCatalog, type ObjectOwners, type WriteUrlOwner } from './catalog.ts';
 
 export class CatalogedStore implements ObjectStore {
   constructor(
@@ -151,12 +152,24 @@ export class CatalogedStore implements ObjectStore {
   }
   /**
    * A write URL's key is noted first (until the URL expires): reconciliation looks at it every run, so what is written
-   * through it shows within `reconcile_interval` however far the sweep over the store has to go.
+   * through it shows within `reconcile_interval` however far the sweep over the store has to go. With `owner`, the
+   * user it is handed to: 409 TOO_MANY_WRITE_URLS when they have `owner.max` other keys with write URLs open (each
+   * such key costs every reconciliation run a look at the store).
    */
-  async presign(bucket: string, key: string, method: 'GET' | 'PUT', expiresInSeconds: number): Promise<string> {
+  async presign(
+    bucket: string,
+    key: string,
+    method: 'GET' | 'PUT',
+    expiresInSeconds: number,
+    owner?: WriteUrlOwner,
+  ): Promise<string> {
     if (method === 'PUT' && bucket !== this.recordsBucket) {
       const until = new Date(Date.now() + expiresInSeconds * 1000);
-      await this.write(() => this.catalog.expectWrite({ bucket, key, until }));
+      let noted = true;
+      await this.write(async () => {
+        noted = await this.catalog.noteWriteUrl({ bucket, key, until }, owner);
+      });
+      if (!noted && owner) throw storageErrors.tooManyWriteUrls(owner.max);
     }
     return this.inner.presign(bucket, key, method, expiresInSeconds);
   }
