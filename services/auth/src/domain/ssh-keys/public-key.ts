@@ -14,7 +14,7 @@
  *   one form `ssh-keygen` writes (`keyData`).
  * - The fingerprint is `ssh-keygen -lf`'s: `SHA256:` and the unpadded base64 of the SHA-256 of the key's data.
  */
-import { createHash, createPublicKey, type KeyObject } from 'node:crypto';
+import { createHash, createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
 import { isAppError } from '@gpu/common';
 import ssh2 from 'ssh2';
 import { authErrors } from '../../errors.ts';
