@@ -18,6 +18,21 @@ import { fileURLToPath } from 'node:url';
 
 /** The name the platform's host key is known by, for every session (`HostKeyAlias`). */
 export const HOST_KEY_ALIAS = 'gpu-platform';
+/** A session's ID, the only text of the platform's that goes into a `Host` block. */
+export const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** The platform's SSH host key as a known_hosts line takes it: a type and base64, nothing more. */
+const HOST_KEY = /^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,2}$/;
+
+/**
+ * The known_hosts line of the platform's host key, as billing answered it; throws for anything but one key (a
+ * platform's answer is written into a file ssh trusts: a second line, or an option, would be taken as ssh's own).
+ */
+export function knownHostsLine(publicKey: string): string {
+  const key = publicKey.trim();
+  if (!HOST_KEY.test(key))
+    throw new Error('the platform answered an SSH host key that is not one key: nothing written');
+  return `${HOST_KEY_ALIAS} ${key}\n`;
+}
 /** The user ssh asks for: the platform's SSH server takes any, and lands in the workload as its own user. */
 const SSH_USER = 'workload';
 const BEGIN_PREFIX = '# >>> gpu ssh-config >>>';
@@ -69,6 +84,10 @@ export interface HostOptions {
 
 /** The OpenSSH `Host` blocks of `sessionIds`: `gpu-<first 8 characters>` (unless two share them) and `gpu-<id>`. */
 export function hostBlocks(sessionIds: string[], opts: HostOptions): string {
+  // Written into ~/.ssh/config: anything but a session ID (a line break, a space, a `*`) would be ssh's own words.
+  for (const id of sessionIds) {
+    if (!SESSION_ID.test(id)) throw new Error(`${JSON.stringify(id)} is not a session ID: nothing written`);
+  }
   const short = (id: string) => id.slice(0, 8);
   const shared = new Set(sessionIds.filter((id, i) => sessionIds.some((o, j) => j !== i && short(o) === short(id))));
   const proxy = [...opts.gpu, 'ssh-proxy'].map(shellWord).map(literal).concat('%h').join(' ');

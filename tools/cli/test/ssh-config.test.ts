@@ -6,6 +6,7 @@
 import { execFile } from 'node:child_process';
 import {
   chmodSync,
+  existsSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
@@ -15,6 +16,8 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -146,6 +149,62 @@ describe('gpu ssh-config on the command line', () => {
     });
     const noKey = await gpu(['ssh-config', `gpu-${ID}`, '--identity', join(dir, 'no-such-key')]);
     expect(noKey).toMatchObject({ code: 2, stderr: expect.stringContaining('no-such-key does not exist') });
+  });
+});
+
+describe('a hostile platform', () => {
+  /** A platform that answers the caller's sessions and host key as told, and records nothing else. */
+  async function platform(sessionIds: string[], hostKey: string): Promise<{ url: string; close(): void }> {
+    const server = createServer((req, res) => {
+      const url = req.url ?? '';
+      const json = (body: unknown) =>
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+      if (url === '/api/v1/auth/me') return json({ id: 'u1', email: 'a@b.c', email_verified: true, roles: ['renter'] });
+      if (url.startsWith('/api/v1/billing/sessions')) return json(sessionIds.map((id) => ({ id, user_id: 'u1' })));
+      if (url === '/api/v1/billing/reach/ssh-host-key') return json({ public_key: hostKey, fingerprint: 'SHA256:x' });
+      if (url.startsWith('/api/v1/auth/ssh-keys')) return json([]);
+      res.writeHead(404).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
+  }
+
+  const hostKey = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl';
+
+  it('writes none of a session ID that is not one into ~/.ssh/config (a Match exec would run at every ssh)', async () => {
+    const home = join(dir, 'hostile-home');
+    mkdirSync(join(home, '.ssh'), { recursive: true });
+    const ran = join(dir, 'ran');
+    const hostile = [`${ID}\nMatch exec "touch ${ran}"\nHost zz`, 'x * y', ID];
+    const fake = await platform(hostile, hostKey);
+    try {
+      const gpu = gpuAt(fake.url, join(dir, 'hostile-config'));
+      const written = await gpu(['ssh-config', '--write'], { env: { GPU_TOKEN: 't', HOME: home } });
+      expect(written.code, written.stderr).toBe(0);
+      expect(written.stderr).toContain('2 session IDs the platform answered are no session IDs: left out');
+      const config = readFileSync(join(home, '.ssh', 'config'), 'utf8');
+      expect(config).not.toMatch(/Match|\*/);
+      expect(config).toContain(`HostName ${ID}`);
+      await run('ssh', ['-G', '-F', join(home, '.ssh', 'config'), 'github.com']).catch(() => undefined);
+      expect(existsSync(ran)).toBe(false);
+    } finally {
+      fake.close();
+    }
+    expect(() => hostBlocks(['x\nMatch all'], { gpu: ['gpu'], knownHosts: '/k' })).toThrow(/not a session ID/);
+  });
+
+  it('writes no host key of more than one key into the known_hosts ssh trusts', async () => {
+    const fake = await platform([ID], `${hostKey}\n@cert-authority * ssh-ed25519 AAAA`);
+    try {
+      const config = join(dir, 'hostile-key-config');
+      const gpu = gpuAt(fake.url, config);
+      const answer = await gpu(['ssh-config', ID], { env: { GPU_TOKEN: 't' } });
+      expect(answer.code).not.toBe(0);
+      expect(answer.stderr).toContain('not one key');
+      expect(existsSync(join(config, 'known_hosts'))).toBe(false);
+    } finally {
+      fake.close();
+    }
   });
 });
 

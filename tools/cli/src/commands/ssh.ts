@@ -14,11 +14,12 @@ import { configDir } from '../config.ts';
 import { everyPage } from '../paging.ts';
 import { bridge } from '../reach-stream.ts';
 import {
-  HOST_KEY_ALIAS,
   hostBlocks,
+  knownHostsLine,
   markedBlock,
   readOrEmpty,
   replaceMarkedBlock,
+  SESSION_ID,
   selfCommand,
   writeWhole,
 } from '../ssh-config.ts';
@@ -65,7 +66,12 @@ async function reachableSessions(ctx: Context): Promise<string[]> {
       params: { query: { status: ['running'], user_id: me.id, limit: 1000, ...(cursor ? { cursor } : {}) } },
     }),
   );
-  return sessions.filter((s) => s.user_id === me.id && s.workload !== false).map((s) => s.id);
+  const ids = sessions.filter((s) => s.user_id === me.id && s.workload !== false).map((s) => s.id);
+  // The platform's answer goes into ~/.ssh/config: only what is a session ID.
+  const odd = ids.filter((id) => !SESSION_ID.test(id));
+  if (odd.length > 0)
+    process.stderr.write(`gpu: ${odd.length} session IDs the platform answered are no session IDs: left out\n`);
+  return ids.filter((id) => SESSION_ID.test(id));
 }
 
 /**
@@ -92,8 +98,6 @@ interface SshConfigOptions {
   identity?: string;
 }
 
-const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 async function sshConfig(ctx: Context, given: string[], opts: SshConfigOptions) {
   for (const id of given.map(sessionIdOf)) {
     if (!SESSION_ID.test(id)) throw new UsageError(`${id} is not a session ID (gpu sessions lists yours)`);
@@ -102,7 +106,7 @@ async function sshConfig(ctx: Context, given: string[], opts: SshConfigOptions) 
   const ids = given.length > 0 ? given.map(sessionIdOf) : await reachableSessions(ctx);
   const hostKey = unwrap(await ctx.billing.GET('/api/v1/billing/reach/ssh-host-key'));
   const knownHosts = path.join(path.resolve(configDir(ctx.env)), 'known_hosts');
-  writeWhole(knownHosts, `${HOST_KEY_ALIAS} ${hostKey.public_key.trim()}\n`, 0o600);
+  writeWhole(knownHosts, knownHostsLine(hostKey.public_key), 0o600);
   const hosts = hostBlocks(ids, {
     gpu: gpuArgv(ctx),
     knownHosts,
