@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { authClient, billingClient, objectStore, registryClient } from '@gpu/client';
 import Table from 'cli-table3';
 import { type Command, InvalidArgumentError } from 'commander';
-import { readConfig } from './config.ts';
+import { type CliConfig, readConfig } from './config.ts';
 import { platformUrl } from './platform-url.ts';
 import { tokenSource } from './session.ts';
 
@@ -18,17 +18,32 @@ export interface Globals {
 /** A usage error: one line on standard error, exit status 2. */
 export class UsageError extends Error {}
 
+/** Whether two URLs are of one origin (scheme, host and port); false when either is not a URL. */
+function sameOrigin(a: string, b: string | undefined): boolean {
+  try {
+    return b !== undefined && new URL(a).origin === new URL(b).origin;
+  } catch {
+    return false;
+  }
+}
+
 /** Everything a command needs: the URL, the saved configuration, the clients with the caller's token. */
 export function context(program: Command) {
   const globals = program.opts<Globals>();
   const env = process.env;
-  const config = readConfig(env);
-  const { url } = platformUrl(globals.url, env, config.url);
-  const token = tokenSource(url, env, config);
+  const saved = readConfig(env);
+  const { url } = platformUrl(globals.url, env, saved.url);
+  // The saved sign-in and API key go to the platform they were saved for, never to one a run names instead (--url,
+  // GPU_URL: a hostile one would get them): elsewhere the run acts as nobody unless GPU_TOKEN or GPU_API_KEY says.
+  const elsewhere = !sameOrigin(url, saved.url) && Boolean(saved.api_key || saved.refresh_token);
+  const config: CliConfig = elsewhere ? { ...saved, api_key: undefined, refresh_token: undefined } : saved;
+  const token = tokenSource(url, env, config, elsewhere ? saved.url : undefined);
   return {
     url,
     env,
     config,
+    /** The platform the saved sign-in is for, when it is another than this run's (its credentials kept from it). */
+    signedInElsewhere: elsewhere ? saved.url : undefined,
     json: globals.json === true,
     /** The caller's bearer token (the streams of `exec` and `shell` carry it). */
     token,

@@ -48,13 +48,25 @@ function signIn(url: string, env: NodeJS.ProcessEnv, config: CliConfig): TokenSo
   };
 }
 
-export function tokenSource(url: string, env: NodeJS.ProcessEnv, config: CliConfig): TokenSource {
+/**
+ * Who a run acts as at `url`. `savedFor`: the platform the saved sign-in is for, when another (its credentials are not
+ * in `config`): a command that needs a token says so.
+ */
+export function tokenSource(url: string, env: NodeJS.ProcessEnv, config: CliConfig, savedFor?: string): TokenSource {
   // An access token a program already holds (a test's, `pnpm wallet`'s sign-in for one command): used as it is.
   if (env.GPU_TOKEN) return staticToken(env.GPU_TOKEN);
   const apiKey = env.GPU_API_KEY || config.api_key;
   if (apiKey) return apiKeyToken({ authUrl: url, apiKey });
   if (config.refresh_token) return signIn(url, env, config);
   return {
-    get: () => Promise.reject(new NotLoggedIn()),
+    get: () =>
+      Promise.reject(
+        savedFor
+          ? new Error(
+              `the saved sign-in is for ${savedFor}, not ${url}: it is never sent elsewhere (gpu login there, or ` +
+                'set GPU_API_KEY)',
+            )
+          : new NotLoggedIn(),
+      ),
   };
 }

@@ -44,6 +44,13 @@ export function accountCommands(program: Command) {
     .description('forget the saved sign-in (its refresh tokens are revoked) or API key')
     .action(async () => {
       const ctx = context(program);
+      // Another platform's sign-in is neither sent here to be revoked nor forgotten for this one.
+      if (ctx.signedInElsewhere) {
+        throw new UsageError(
+          `the saved sign-in is for ${ctx.signedInElsewhere}, not ${ctx.url}: nothing forgotten ` +
+            `(gpu --url ${ctx.signedInElsewhere} logout)`,
+        );
+      }
       // Forgotten here whatever happens there: a platform out of reach still gets its refresh token revoked if it can.
       const revoked = ctx.config.refresh_token
         ? await authClient({ baseUrl: ctx.url })
