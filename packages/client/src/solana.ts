@@ -36,9 +36,23 @@ type Billing = Client<BillingPaths>;
 /** A keypair file as the Solana CLI writes it (a JSON array of the 64 secret-key bytes); `~` is the home folder. */
 export function readKeypair(file: string): Keypair {
   const path = file.startsWith('~/') ? `${homedir()}${file.slice(1)}` : file;
-  const bytes = JSON.parse(readFileSync(path, 'utf8')) as number[];
-  if (!Array.isArray(bytes) || bytes.length !== 64) throw new Error(`${file} is not a Solana keypair file`);
-  return Keypair.fromSecretKey(Uint8Array.from(bytes));
+  const text = readFileSync(path, 'utf8');
+  // The parser's own message quotes the text (a base58 secret pasted into the file): never repeated.
+  const notOne = () =>
+    new Error(`${file} is not a Solana keypair file (a JSON array of 64 numbers, as solana-keygen writes)`);
+  let bytes: unknown;
+  try {
+    bytes = JSON.parse(text);
+  } catch {
+    throw notOne();
+  }
+  const byte = (n: unknown) => Number.isInteger(n) && (n as number) >= 0 && (n as number) <= 255;
+  if (!Array.isArray(bytes) || bytes.length !== 64 || !bytes.every(byte)) throw notOne();
+  try {
+    return Keypair.fromSecretKey(Uint8Array.from(bytes as number[]));
+  } catch {
+    throw notOne();
+  }
 }
 
 /** The keypair's ed25519 signature of `message` (UTF-8), base58: what a Solana wallet's "sign message" gives. */
