@@ -1,6 +1,7 @@
 /**
  * `gpu storage cp gpu:<key> <file>`: an object written to a temporary file beside the target,
- * `.<name>.<tag>.gpu-download`, and renamed over the target once whole: an interrupted download (a lost connection,
+ * `.<name>.<tag>.gpu-download` (`.gpu-<hash of the name>.<tag>.gpu-download` for a name too long for that), and
+ * renamed over the target once whole: an interrupted download (a lost connection,
  * Ctrl-C, a crash) never leaves a part of the object under the target's name. The same command run again finds the
  * bytes kept and asks only for the rest (an HTTP `Range` from where they end). The tag is a hash of the object's key,
  * size and ETag (or modification time): bytes kept of an object that changed since are never joined to the new one's,
@@ -25,6 +26,20 @@ export interface ObjectVersion {
 }
 
 const SUFFIX = '.gpu-download';
+/** The longest file name in bytes (Linux's and macOS's NAME_MAX). */
+const NAME_MAX = 255;
+/** What a temporary file's name adds to its stem: `.`, `.<tag>` and the suffix. */
+const ADDED = 1 + 13 + SUFFIX.length;
+
+/**
+ * The stem of `file`'s temporary files: its name, or for a name too long to take what is added to it (a key's last
+ * segment of 230 bytes, which storage holds), `gpu-<hash of the name>`.
+ */
+function stemOf(file: string): string {
+  const name = path.basename(file);
+  if (Buffer.byteLength(name) + ADDED <= NAME_MAX) return name;
+  return `gpu-${createHash('sha256').update(name).digest('hex').slice(0, 32)}`;
+}
 
 /** The temporary file a download of this version of the object to `file` is written to. */
 function temporaryFile(file: string, ref: ObjectRef, version: ObjectVersion): string {
@@ -32,12 +47,12 @@ function temporaryFile(file: string, ref: ObjectRef, version: ObjectVersion): st
     .update(JSON.stringify([ref.bucket ?? '', ref.key, version.size, version.etag ?? version.lastModified]))
     .digest('hex')
     .slice(0, 12);
-  return path.join(path.dirname(file), `.${path.basename(file)}.${tag}${SUFFIX}`);
+  return path.join(path.dirname(file), `.${stemOf(file)}.${tag}${SUFFIX}`);
 }
 
 /** Removes the temporary files of earlier downloads to `file` but `keep` (of an object since changed). */
 async function removeStale(file: string, keep: string) {
-  const base = `.${path.basename(file)}.`;
+  const base = `.${stemOf(file)}.`;
   const names = await readdir(path.dirname(file)).catch(() => [] as string[]);
   for (const name of names) {
     const rest = name.startsWith(base) ? name.slice(base.length) : '';

@@ -777,4 +777,16 @@ describe('gpu storage cp and rm', () => {
     expect(readFileSync(next).equals(changed)).toBe(true);
     expect(readdirSync(out).sort()).toEqual(['model.bin', 'next.bin']);
   });
+
+  it('downloads an object whose name is as long as storage holds (its temporary file named by a hash)', async () => {
+    const name = `${'n'.repeat(226)}.bin`;
+    const source = join(folder('long'), name);
+    writeFileSync(source, 'long name');
+    expect((await gpu(['storage', 'cp', source, `gpu:long/${name}`])).code).toBe(0);
+    const out = folder('long-out');
+    const down = await gpu(['storage', 'cp', `gpu:long/${name}`, join(out, name)]);
+    expect(down.code, down.stderr).toBe(0);
+    expect(readFileSync(join(out, name), 'utf8')).toBe('long name');
+    expect(readdirSync(out)).toEqual([name]);
+  });
 });
