@@ -7,6 +7,7 @@ import { authClient, billingClient, objectStore, registryClient } from '@gpu/cli
 import Table from 'cli-table3';
 import { type Command, InvalidArgumentError } from 'commander';
 import { type CliConfig, readConfig } from './config.ts';
+import { printable } from './format.ts';
 import { platformUrl } from './platform-url.ts';
 import { tokenSource } from './session.ts';
 
@@ -65,7 +66,7 @@ export function show(json: boolean, data: unknown, head: string[], rows: Cell[][
     return;
   }
   const table = new Table({ head, style: { head: [], border: [] } });
-  for (const row of rows) table.push(row.map((v) => (v === null || v === undefined ? '' : String(v))));
+  for (const row of rows) table.push(row.map((v) => (v === null || v === undefined ? '' : printable(String(v)))));
   process.stdout.write(`${table.toString()}\n`);
 }
 

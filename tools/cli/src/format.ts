@@ -82,3 +82,15 @@ export function bytes(n: number): string {
   }
   return `${value.toFixed(1)} ${BYTE_UNITS[unit]}`;
 }
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is escaped
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+
+/**
+ * Text of the platform's (a problem's detail, an object's key, a table's cell) as a terminal may show it: control
+ * characters but line breaks and tabs written as `\u001b` (an escape sequence in a key or a detail could retitle the
+ * window, or write the clipboard, OSC 52).
+ */
+export function printable(text: string): string {
+  return text.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}

@@ -9,6 +9,7 @@
  */
 import { ApiError, type Problem, unwrap } from '@gpu/client';
 import { UsageError } from './cli.ts';
+import { printable } from './format.ts';
 
 /** What a failure comes to: `status` is the platform's HTTP status, null where the platform did not answer. */
 export interface ShownProblem {
@@ -177,5 +178,5 @@ export function problemLine(p: ShownProblem, json: boolean): string {
   if (json) return JSON.stringify(p);
   // A usage error, a platform out of reach and a failure here say what went wrong, with no code to look up.
   const bare = p.status === null && LOCAL_CODES.has(p.code);
-  return `${bare ? '' : `${p.code}: `}${p.detail}${p.hint ? ` (${p.hint})` : ''}`;
+  return printable(`${bare ? '' : `${p.code}: `}${p.detail}${p.hint ? ` (${p.hint})` : ''}`);
 }

@@ -10,6 +10,7 @@ import { statSync } from 'node:fs';
 import path from 'node:path';
 import { ApiError, type ObjectRef } from '@gpu/client';
 import { UsageError } from './cli.ts';
+import { printable } from './format.ts';
 
 const REMOTE = 'gpu:';
 
@@ -35,7 +36,7 @@ export const isPrefix = (key: string): boolean => key === '' || key.endsWith('/'
 export const asPrefix = (key: string): string => (isPrefix(key) ? key : `${key}/`);
 
 /** How a message names a key: as the user writes it. */
-export const shown = (key: string): string => `${REMOTE}${key}`;
+export const shown = (key: string): string => `${REMOTE}${printable(key)}`;
 
 /** A key's or prefix's last segment (`a/b.txt`: `b.txt`; `a/b/`: `b`; ``: ``). */
 const keyBaseName = (key: string): string => key.replace(/\/+$/, '').split('/').pop() ?? '';
