@@ -205,6 +205,47 @@ describe('a spend cap', () => {
   });
 });
 
+describe('a spend cap larger than any session spends', () => {
+  it('is taken (1e14 at 5.10 an hour: millions of years), and the session billed by the minute as with none', async () => {
+    const huge = '100000000000000';
+    const p = await parties(h, '20');
+    const res = await start(h, { ...startBody(p, H100_X1), spend_cap: huge });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = res.json().session.id as string;
+    minutes(3);
+    await runBillingCycle(h.ctx);
+    expect(await session(id)).toMatchObject({ status: 'active', billed_minutes: 3, total_cost: '0.255000' });
+    expect((await end(h, id)).statusCode).toBe(200);
+
+    // A workload's: its `running` report starts billing's clock (its cap's end was an Invalid Date: a 500, unbilled).
+    const renter = await h.issuer.user(['renter']);
+    const owner = await h.issuer.user(['provider']);
+    const daemon = await h.issuer.client('daemon', owner.id);
+    const q = await ownedParties(h, '20', renter.id, owner.id);
+    const workload = { command: ['python3', 'train.py'], max_runtime_seconds: 3600 };
+    const started = await start(
+      h,
+      { ...startBody(q, H100_X1), spend_cap: huge, workload, accepted_hourly_rate: '5.10' },
+      renter.headers,
+    );
+    expect(started.statusCode, started.body).toBe(201);
+    const wid = started.json().session.id as string;
+    const state = (body: Record<string, unknown>) =>
+      h.app.inject({
+        method: 'POST',
+        url: `/api/v1/billing/sessions/${wid}/workload/state`,
+        headers: daemon.headers,
+        payload: { ...body, at: clock.now().toISOString() },
+      });
+    expect((await state({ state: 'preparing' })).statusCode).toBe(200);
+    const running = await state({ state: 'running' });
+    expect(running.statusCode, running.body).toBe(200);
+    minutes(2);
+    await runBillingCycle(h.ctx);
+    expect(await session(wid)).toMatchObject({ status: 'active', billed_minutes: 2, total_cost: '0.170000' });
+  });
+});
+
 describe('a spend cap buys no GPU time it does not pay for', () => {
   it('is at least the first billed minute at the rate: a smaller one is refused, naming the minimum, with nothing held', async () => {
     const p = await parties(h, '20');

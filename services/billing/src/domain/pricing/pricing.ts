@@ -193,11 +193,18 @@ export function formatRate(value: Dec, scale: number): string {
 const MINUTE_MS = 60_000;
 
 /**
- * How long `funds` pay for at `hourlyRate`, in milliseconds rounded up: the moment they are spent (a spend cap's end,
- * counted from the session's start).
+ * The longest time any funds pay for: a century. A spend cap of 1e14 tokens at 5 an hour pays for 2.3 million years,
+ * past the last date a Date (and PostgreSQL's timestamptz) holds: its deadline was an Invalid Date, and every write
+ * of it failed (a start's 500, a workload's `running` refused, so never billed). Past a century is never.
+ */
+export const MAX_PAID_MS = 100 * 365 * 24 * 3_600_000;
+
+/**
+ * How long `funds` pay for at `hourlyRate`, in milliseconds rounded up (at most `MAX_PAID_MS`): the moment they are
+ * spent (a spend cap's end, counted from the session's start).
  */
 export function msPaidFor(funds: Dec, hourlyRate: Dec): number {
-  return funds.mul(3_600_000).div(hourlyRate).ceil().toNumber();
+  return Dec.min(funds.mul(3_600_000).div(hourlyRate).ceil(), MAX_PAID_MS).toNumber();
 }
 
 /** Minutes billed for `elapsedMs`: started minutes when completing, full minutes when terminating. */
@@ -270,7 +277,10 @@ export function minutesPaidFor(s: Rated, funds: Dec, scale: number): number {
   return 0;
 }
 
-/** Milliseconds of the session's clock `funds` pay for (rounded up): a cap's deadline, the time a hold pays until. */
+/**
+ * Milliseconds of the session's clock `funds` pay for (rounded up, at most `MAX_PAID_MS`): a cap's deadline, the time
+ * a hold pays until.
+ */
 export function msPaidForSession(s: Rated, funds: Dec): number {
   let left = funds;
   for (const { from, to, rate } of spans(s)) {
@@ -281,7 +291,7 @@ export function msPaidForSession(s: Rated, funds: Dec): number {
         continue;
       }
     }
-    return from * MINUTE_MS + msPaidFor(left, rate);
+    return Math.min(from * MINUTE_MS + msPaidFor(left, rate), MAX_PAID_MS);
   }
   return 0;
 }
