@@ -12,6 +12,7 @@ import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
@@ -20,7 +21,14 @@ import { commandProblem } from '../src/workloads/command.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
 import { running as alive } from '../src/workloads/processes.ts';
-import { descendants, SANDBOX_PATH, type SandboxOptions, sandboxView, startSandbox } from '../src/workloads/sandbox.ts';
+import {
+  boundedCopy,
+  descendants,
+  SANDBOX_PATH,
+  type SandboxOptions,
+  sandboxView,
+  startSandbox,
+} from '../src/workloads/sandbox.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
 // As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.
@@ -456,7 +464,9 @@ describe('what a workload sees of the machine', () => {
         'echo "cg:$(find /sys/fs/cgroup -maxdepth 2 -type d | sort | tr "\n" " ")"; ' +
           'echo "net:$(ls -A /sys/class/net /sys/devices/virtual/net/ 2>/dev/null | grep -v -e : -e "^$" | tr "\n" " ")"; ' +
           'echo "env:$(tr "\\0" " " < /proc/1/environ)"; echo "cmd:$(tr "\\0" " " < /proc/1/cmdline)"; ' +
-          'echo "mounts:$(cut -d" " -f4 /proc/self/mountinfo | sort -u | tr "\n" " ")"',
+          'echo "mounts:$(cut -d" " -f4 /proc/self/mountinfo | sort -u | tr "\n" " ")"; ' +
+          'echo "block:$(cat /sys/block/*/loop/backing_file /sys/class/block/*/loop/backing_file ' +
+          '/sys/devices/virtual/block/*/loop/backing_file 2>/dev/null | tr "\n" " ")"',
       ],
       cgroup ? { cgroup } : {},
     );
@@ -479,6 +489,16 @@ describe('what a workload sees of the machine', () => {
     expect(said.cmd).toMatch(/^bwrap --args 5 -- sh -c /);
     // No mount inside shows where on the host its directories are (a simulated GPU's stand-in file aside).
     expect(said.mounts).not.toContain(path.dirname(w.logDir));
+    // Nor a block device: the neighbour's disk image (a loop device, with a disk of its own) names its session.
+    expect(said.block).toBe('');
+  });
+});
+
+describe("a workload's log on a full disk", () => {
+  it('is read to its end and dropped, never an error that takes the daemon down (/dev/full: ENOSPC)', async () => {
+    const output = Readable.from(Array.from({ length: 200 }, () => Buffer.alloc(64 * 1024, 120)));
+    await expect(boundedCopy(output, '/dev/full', 1024 * 1024)).resolves.toBeUndefined();
+    expect(output.readableEnded).toBe(true);
   });
 });
 

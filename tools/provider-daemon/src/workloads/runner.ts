@@ -942,9 +942,14 @@ export class WorkloadRunner {
     }
   }
 
+  /** Notes that the daemon is alive; a run directory that cannot take it (its disk full) is said, never thrown. */
   private writeJournal(): void {
     const file = path.join(this.settings.run_dir, JOURNAL);
-    writeFileSync(`${file}.tmp`, JSON.stringify({ alive_at: new Date().toISOString() }));
-    renameSync(`${file}.tmp`, file);
+    try {
+      writeFileSync(`${file}.tmp`, JSON.stringify({ alive_at: new Date().toISOString() }));
+      renameSync(`${file}.tmp`, file);
+    } catch (err) {
+      this.deps.logger.warn({ err }, 'the journal could not be written (the run directory full?)');
+    }
   }
 }

@@ -186,7 +186,8 @@ const HELPERS_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
 
 /**
  * What the sandbox shows of `/sys` (bound read-only): not the machine's control groups (every session's, with their
- * memory) nor its network interfaces; its own control group, when it has one, at `/sys/fs/cgroup`.
+ * memory), its network interfaces nor its block devices (the other sessions' disk images); its own control group,
+ * when it has one, at `/sys/fs/cgroup`.
  */
 function sysArgs(opts: SandboxOptions): string[] {
   if (!existsSync('/sys')) return [];
@@ -195,6 +196,9 @@ function sysArgs(opts: SandboxOptions): string[] {
   args.push('--remount-ro', '/sys/fs/cgroup');
   // The interfaces' directories (`/sys/class/net` and where each entry leads, under /sys/devices).
   const hidden = new Set(['/sys/class/net', '/sys/devices/virtual/net']);
+  // Nor its block devices: every session's disk image is a loop device there, its backing file naming the session
+  // and the daemon's run directory.
+  for (const dir of ['/sys/block', '/sys/class/block', '/sys/devices/virtual/block']) hidden.add(dir);
   try {
     for (const name of readdirSync('/sys/class/net')) {
       hidden.add(path.dirname(path.resolve('/sys/class/net', readlinkSync(path.join('/sys/class/net', name)))));
@@ -409,14 +413,22 @@ export function limitReached(
   return null;
 }
 
-/** Copies a stream into a file, cutting it at `limit` bytes and saying at the end how much was cut. */
+/**
+ * Copies a stream into a file, cutting it at `limit` bytes and saying at the end how much was cut. A file that cannot
+ * be written (the machine's disk full) keeps what it has: the rest is read and dropped, never an error that would
+ * take the daemon, and every workload of the machine, down.
+ */
 export function boundedCopy(from: Readable, file: string, limit: number): Promise<void> {
   // Made before the workload starts: a reader finds the file from the first moment.
   const out: WriteStream = createWriteStream(file, { fd: openSync(file, 'w', 0o640) });
   let written = 0;
   let cut = 0;
+  let broken = false;
+  out.on('error', () => {
+    broken = true;
+  });
   from.on('data', (chunk: Buffer) => {
-    const room = limit - written;
+    const room = broken ? 0 : limit - written;
     if (room > 0) {
       const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
       out.write(part);
@@ -426,8 +438,13 @@ export function boundedCopy(from: Readable, file: string, limit: number): Promis
   });
   return new Promise((resolve) => {
     from.on('end', () => {
+      if (broken) {
+        out.destroy();
+        resolve();
+        return;
+      }
       if (cut > 0) out.write(`\n[output cut: ${cut} more bytes not kept]\n`);
-      out.end(resolve);
+      out.end(() => resolve());
     });
   });
 }
