@@ -5,9 +5,11 @@
  * auth service, registry, billing, storage (on the tests' S3 server), bubblewrap and (an image's) Podman.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { openBeneath } from '../src/workloads/files.ts';
 import { containerSettings, testImage } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
@@ -366,6 +368,30 @@ describe("a workload's files", () => {
       expect(closed.json().code).toBe('UPLOAD_WINDOW_CLOSED');
     } finally {
       await runner.stop();
+    }
+  });
+});
+
+describe('an output file, opened for its upload', () => {
+  it('is opened through real directories only: a link anywhere on its path is refused, never followed', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'open-beneath-'));
+    try {
+      const outside = mkdtempSync(join(tmpdir(), 'open-beneath-host-'));
+      writeFileSync(join(outside, 'secret'), 'the host');
+      mkdirSync(join(root, 'real'));
+      writeFileSync(join(root, 'real', 'result.txt'), 'mine');
+      // What a workload still running could swap in after the walk: a directory, or the file, made a link.
+      symlinkSync(outside, join(root, 'swapped'));
+      symlinkSync(join(outside, 'secret'), join(root, 'real', 'linked.txt'));
+      const held = await openBeneath(root, 'real/result.txt');
+      expect(await held.readFile('utf8')).toBe('mine');
+      await held.close();
+      for (const rel of ['swapped/secret', 'real/linked.txt', 'real']) {
+        await expect(openBeneath(root, rel), rel).rejects.toThrow();
+      }
+      rmSync(outside, { recursive: true, force: true });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
     }
   });
 });

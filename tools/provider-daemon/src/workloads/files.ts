@@ -20,13 +20,14 @@ import {
   chmodSync,
   createWriteStream,
   type Dirent,
-  lstatSync,
+  constants as fsConstants,
   mkdirSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
 } from 'node:fs';
+import { type FileHandle, lstat, open, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -131,11 +132,11 @@ export class SessionFiles {
       await download(input, file, 0o444, `input ${input.key}`);
     }
     // Directories the workload's user can pass through and list, not write.
-    const open = (d: string) => {
+    const passable = (d: string) => {
       chmodSync(d, 0o555);
-      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) open(path.join(d, e.name));
+      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) passable(path.join(d, e.name));
     };
-    open(dir);
+    passable(dir);
   }
 
   /**
@@ -233,7 +234,7 @@ export class SessionFiles {
    */
   async uploadOutputs(outputDir: string | null, maxPathBytes: number): Promise<void> {
     const { uploaded, refused } = this.progress;
-    const files = outputDir ? outputFiles(outputDir, maxPathBytes) : { found: [], dropped: [] };
+    const files = outputDir ? await outputFiles(outputDir, maxPathBytes) : { found: [], dropped: [] };
     const settled = () => new Set([...uploaded, ...refused.map((r) => r.path)]);
     for (const d of files.dropped) if (!settled().has(d.path)) refused.push(d);
     const done = settled();
@@ -243,10 +244,16 @@ export class SessionFiles {
     for (let i = 0; i < due.length; i += GRANT_BATCH) {
       const batch = due.slice(i, i + GRANT_BATCH).map((f) => f.path);
       for (const out of await this.outputGrants(batch)) {
-        // A file's bytes stream from disk: the workload is gone, nothing changes them meanwhile, and the walk went
-        // through real directories only.
+        // A file's bytes stream from disk, opened through real directories only and held open: whatever is left
+        // of the workload (a container whose removal failed) can swap no link in for it after the walk.
+        const held = await openBeneath(outputDir!, out.path).catch(() => null);
+        if (!held) {
+          refused.push({ path: out.path, reason: 'not_a_regular_file' });
+          this.progress.onProgress();
+          continue;
+        }
         try {
-          await uploadFile(path.join(outputDir!, out.path), out.url, { attempts: 3 });
+          await uploadFile(`/proc/self/fd/${held.fd}`, out.url, { attempts: 3 });
           uploaded.push(out.path);
           taken++;
         } catch (err) {
@@ -255,6 +262,8 @@ export class SessionFiles {
           if (err instanceof UploadError && err.status !== undefined && !err.retryable)
             refused.push({ path: out.path, reason });
           else failed.push({ path: out.path, reason });
+        } finally {
+          await held.close().catch(() => {});
         }
         this.progress.onProgress();
       }
@@ -358,42 +367,47 @@ function badOutputs(err: unknown, asked: string[]): RefusedOutput[] {
   return out;
 }
 
+/** The most entries (directories included) an output walk looks at: past it, the rest is not looked at. */
+const MAX_WALKED = 20 * MAX_OUTPUTS;
+
 /**
  * The regular files under `dir`, as paths relative to it (sorted), walked without following any link: `dir` itself
  * must be a real directory (a workload that replaced its output directory with a link to elsewhere has none), and
  * only real directories are entered. What is passed over (links, devices, FIFOs, sockets, files above 5 GiB, names
  * storage would refuse as keys or longer than `maxPathBytes`, files past the 1000th) is listed; the walk stops early
- * past the limit.
+ * past the limit, or past `MAX_WALKED` entries of any kind (a tree of empty directories). Each directory is read
+ * asynchronously: a walk of a large tree never holds up the daemon's other sessions.
  */
-function outputFiles(
+async function outputFiles(
   dir: string,
   maxPathBytes: number,
-): { found: { path: string; size: number }[]; dropped: RefusedOutput[] } {
+): Promise<{ found: { path: string; size: number }[]; dropped: RefusedOutput[] }> {
   const found: { path: string; size: number }[] = [];
   const dropped: RefusedOutput[] = [];
   try {
-    if (!lstatSync(dir).isDirectory()) return { found, dropped: [{ path: '.', reason: 'output_not_a_directory' }] };
+    if (!(await lstat(dir)).isDirectory()) return { found, dropped: [{ path: '.', reason: 'output_not_a_directory' }] };
   } catch {
     return { found, dropped };
   }
-  const walk = (rel: string) => {
+  let walked = 0;
+  const walk = async (rel: string): Promise<void> => {
     let entries: Dirent[];
     try {
-      entries = readdirSync(path.join(dir, rel), { withFileTypes: true });
+      entries = await readdir(path.join(dir, rel), { withFileTypes: true });
     } catch {
       return;
     }
     for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
-      if (found.length + dropped.length > 2 * MAX_OUTPUTS) return;
+      if (found.length + dropped.length > 2 * MAX_OUTPUTS || ++walked > MAX_WALKED) return;
       const p = rel ? `${rel}/${e.name}` : e.name;
       if (e.isDirectory()) {
-        walk(p);
+        await walk(p);
         continue;
       }
       let size = -1;
       try {
         // A name that is not UTF-8 cannot be named back: it is passed over.
-        if (e.isFile()) size = lstatSync(path.join(dir, p)).size;
+        if (e.isFile()) size = (await lstat(path.join(dir, p))).size;
       } catch {}
       const reason = e.isSymbolicLink()
         ? 'symbolic_link'
@@ -414,6 +428,30 @@ function outputFiles(
       else found.push({ path: p, size });
     }
   };
-  walk('');
+  await walk('');
   return { found, dropped };
+}
+
+/**
+ * Opens the regular file `rel` under `root`, every component opened without following a link (each directory by its
+ * descriptor, `/proc/self/fd/<fd>/<name>`, with O_NOFOLLOW): a link anywhere on the way, or a file that is not a
+ * regular one, throws. The handle reads the file the walk found, whatever is renamed or linked in after.
+ */
+export async function openBeneath(root: string, rel: string): Promise<FileHandle> {
+  const { O_RDONLY, O_NOFOLLOW, O_DIRECTORY } = fsConstants;
+  let at = await open(root, O_RDONLY | O_NOFOLLOW | O_DIRECTORY);
+  try {
+    const parts = rel.split('/');
+    for (const [i, part] of parts.entries()) {
+      const last = i === parts.length - 1;
+      const next = await open(`/proc/self/fd/${at.fd}/${part}`, O_RDONLY | O_NOFOLLOW | (last ? 0 : O_DIRECTORY));
+      await at.close();
+      at = next;
+    }
+    if (!(await at.stat()).isFile()) throw new Error(`${rel} is not a regular file`);
+    return at;
+  } catch (err) {
+    await at.close().catch(() => {});
+    throw err;
+  }
 }

@@ -279,7 +279,12 @@ export class WorkloadRunner {
     this.settings = deps.config.workloads;
     this.now = deps.now ?? Date.now;
     this.lastContact = this.now();
-    this.hidden = [deps.config.state_file, deps.config.credentials.file, process.env.DAEMON_CONFIG_FILE ?? '']
+    this.hidden = [
+      deps.config.state_file,
+      deps.config.credentials.file,
+      deps.config.nats_credentials,
+      process.env.DAEMON_CONFIG_FILE ?? '',
+    ]
       .filter(Boolean)
       .map((p) => path.resolve(p));
     this.billing = billingClient({
