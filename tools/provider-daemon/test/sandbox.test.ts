@@ -182,6 +182,20 @@ describe('a workload in the sandbox', () => {
     expect(readFileSync(path.join(other.workDir, 'data.txt'), 'utf8')).toBe('secret-of-other\n');
   });
 
+  it('writes nothing into its /dev, and its /dev/shm holds no more than its memory allowance', async () => {
+    const w = await run([
+      'sh',
+      '-c',
+      '(echo x > /dev/mine && echo wrote) 2>/dev/null || echo refused; echo shm > /dev/shm/ok && cat /dev/shm/ok; ' +
+        "df -k /dev/shm | tail -1 | awk '{print $2}'",
+    ]);
+    expect(await w.sandbox.ended).toMatchObject({ state: 'exited', exitCode: 0 });
+    const [dev, shm, kib] = w.out().trim().split('\n');
+    expect(dev).toBe('refused');
+    expect(shm).toBe('shm');
+    expect(Number(kib) * 1024).toBeLessThanOrEqual(LIMITS.memoryBytes);
+  });
+
   it("reaches the network only when its spec allows it, and never the host's loopback services", async () => {
     const server = createServer((socket) => socket.end('hi\n')).listen(0, '0.0.0.0');
     await once(server, 'listening');

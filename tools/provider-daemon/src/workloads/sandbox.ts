@@ -282,6 +282,9 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     const inside = `/dev/${path.basename(gpu.device)}`;
     args.push(isCharDevice(gpu.device) ? '--dev-bind' : '--bind', gpu.device, inside);
   });
+  // Its /dev read-only once every device is in (bwrap's is a tmpfs of half the machine's memory, writable by the
+  // workload: memory no watch of resident memory sees), and its /dev/shm a tmpfs of its memory allowance.
+  args.push('--size', String(opts.limits.memoryBytes), '--tmpfs', '/dev/shm', '--remount-ro', '/dev');
   return args;
 }
 
