@@ -459,6 +459,15 @@ describe('its disk: a filesystem of its own, bounded by the kernel', () => {
     expect(result).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
     expect(stallMs).toBeLessThan(1000);
   }, 180_000);
+
+  it('with the watch, counts its /tmp with its work directory: on the disk, never memory past any allowance', async () => {
+    const filler = await run(
+      ['sh', '-c', 'i=0; while true; do i=$((i+1)); head -c 4000000 /dev/zero > /tmp/f$i; sleep 0.1; done'],
+      { disk: 'watch' },
+    );
+    expect(filler.disk.tmpDir).not.toBeNull();
+    expect(await filler.sandbox.ended).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
+  }, 180_000);
 });
 
 describe('what a workload sees of the machine', () => {

@@ -9,8 +9,8 @@
  *
  * That takes root (mounting), `mkfs.ext4` (e2fsprogs, on every Debian) and loop devices. A daemon without them (not
  * root, a container without `/dev/loop*`) says so at its start and falls back to **the watch**: `du` in a process of
- * its own, never on the daemon's event loop, counting the work directory's bytes and files each second (past either:
- * `disk_limit`), with `/tmp` a tmpfs of the byte allowance. The watch can be outrun between two looks; the filesystem
+ * its own, never on the daemon's event loop, counting the work directory's and its `/tmp`'s (a directory beside it,
+ * never memory) bytes and files together each second (past either: `disk_limit`). The watch can be outrun between two looks; the filesystem
  * cannot.
  *
  * After a restart the daemon finds each session's filesystem still mounted (mounts outlive the process), or mounts
@@ -38,7 +38,7 @@ export interface SessionDisk {
   readonly kind: 'filesystem' | 'watch';
   /** Bound at `/work`. */
   readonly workDir: string;
-  /** Bound at `/tmp`; null: a tmpfs of the byte allowance. */
+  /** Bound at `/tmp` (on its disk, or beside its watched work directory); null: a tmpfs of the byte allowance. */
   readonly tmpDir: string | null;
   /** Whether it is at or past its allowance (bytes or files), as last seen: never blocks, never walks. */
   full(): boolean;
@@ -145,9 +145,12 @@ export async function prepareDisk(
     return filesystemDisk(p.mount, p.work, p.tmp);
   }
   const work = path.join(sessionDir, 'work');
-  mkdirSync(work, { recursive: true });
-  if (uid !== null) chownSync(work, uid, uid);
-  return watchedDisk(work, allowance);
+  const tmp = path.join(sessionDir, 'tmp');
+  for (const dir of [work, tmp]) {
+    mkdirSync(dir, { recursive: true });
+    if (uid !== null) chownSync(dir, uid, uid);
+  }
+  return watchedDisk(work, tmp, allowance);
 }
 
 function filesystemDisk(mount: string, work: string, tmp: string): SessionDisk {
@@ -171,21 +174,22 @@ function filesystemDisk(mount: string, work: string, tmp: string): SessionDisk {
  * Plain directories, counted by `du` in a process of its own each time the last count is done: the daemon's event
  * loop never walks them. Past the bytes or the files: full.
  */
-function watchedDisk(work: string, allowance: DiskAllowance): SessionDisk {
+function watchedDisk(work: string, tmp: string, allowance: DiskAllowance): SessionDisk {
   let over = false;
   let counting = false;
   let closed = false;
   const count = async (args: string[]) => {
-    // du says what it could not read on stderr and exits 1; its total still stands.
-    const { stdout } = await exec('du', [...args, '-s', work], { maxBuffer: 1 << 20 }).catch(
+    // du says what it could not read on stderr and exits 1; its total (the last line) still stands.
+    const { stdout } = await exec('du', [...args, '-s', '-c', work, tmp], { maxBuffer: 1 << 20 }).catch(
       (err: { stdout?: string }) => ({ stdout: err.stdout ?? '' }),
     );
-    return Number(stdout.split('\t')[0]) || 0;
+    const total = stdout.trim().split('\n').at(-1) ?? '';
+    return Number(total.split('\t')[0]) || 0;
   };
   return {
     kind: 'watch',
     workDir: work,
-    tmpDir: null,
+    tmpDir: tmp,
     full() {
       if (!counting && !closed) {
         counting = true;

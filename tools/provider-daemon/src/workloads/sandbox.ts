@@ -255,7 +255,8 @@ function bwrapArgs(opts: SandboxOptions): string[] {
     '/proc',
     '--dev',
     '/dev',
-    // Its /tmp on its disk, or (watched directories) a tmpfs of its byte allowance.
+    // Its /tmp on its disk, or beside its watched work directory (counted with it); a tmpfs of its byte allowance
+    // for a disk without one.
     ...(opts.disk.tmpDir
       ? ['--bind', opts.disk.tmpDir, '/tmp']
       : ['--size', String(opts.limits.diskBytes), '--tmpfs', '/tmp']),
