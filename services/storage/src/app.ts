@@ -74,7 +74,7 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
         : billingUsageSink(metering, ctx.logger);
   const meter = sink
     ? new StorageMeter({
-        usage: withOpenUploads(ctx.catalog, ctx.uploads),
+        usage: withOpenUploads(ctx.catalog, ctx.uploads, ctx.logger),
         sink,
         intervalMs: durationMs(metering.interval),
         logger: ctx.logger,

@@ -134,7 +134,7 @@ describe('write URLs a user has open', () => {
     const { database } = await openTestCatalog();
     try {
       const user = await limited.issuer.user(['renter']);
-      const ask = (key: string, method = 'PUT', headers = user.headers) =>
+      const ask = (key: string, method = 'PUT', headers: Record<string, string> = user.headers) =>
         limited.app.inject({
           method: 'POST',
           url: `/presigned-url/${encodeURIComponent(key)}`,

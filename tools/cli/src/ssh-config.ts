@@ -17,7 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The name the platform's host key is known by, for every session (`HostKeyAlias`). */
-export const HOST_KEY_ALIAS = 'gpu-platform';
+const HOST_KEY_ALIAS = 'gpu-platform';
 /** A session's ID, the only text of the platform's that goes into a `Host` block. */
 export const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** The platform's SSH host key as a known_hosts line takes it: a type and base64, nothing more. */

@@ -49,10 +49,16 @@ interface UsageSource {
 export function withOpenUploads(
   catalog: UsageSource,
   uploads: { heldBytesByOwner(): Promise<Map<string, number>> },
+  logger: Logger,
 ): UsageSource {
   return {
     async usageByOwner() {
-      const [objects, parts] = await Promise.all([catalog.usageByOwner(), uploads.heldBytesByOwner()]);
+      // A store that cannot list the parts now costs the period their bytes, never the objects' (the catalog's).
+      const held = uploads.heldBytesByOwner().catch((err: unknown) => {
+        logger.warn({ err: (err as Error).message }, "open uploads' parts could not be measured; objects alone");
+        return new Map<string, number>();
+      });
+      const [objects, parts] = await Promise.all([catalog.usageByOwner(), held]);
       const total = new Map(objects);
       for (const [owner, bytes] of parts) total.set(owner, (total.get(owner) ?? 0) + bytes);
       return total;

@@ -197,7 +197,7 @@ const MINUTE_MS = 60_000;
  * past the last date a Date (and PostgreSQL's timestamptz) holds: its deadline was an Invalid Date, and every write
  * of it failed (a start's 500, a workload's `running` refused, so never billed). Past a century is never.
  */
-export const MAX_PAID_MS = 100 * 365 * 24 * 3_600_000;
+const MAX_PAID_MS = 100 * 365 * 24 * 3_600_000;
 
 /**
  * How long `funds` pay for at `hourlyRate`, in milliseconds rounded up (at most `MAX_PAID_MS`): the moment they are
