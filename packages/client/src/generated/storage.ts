@@ -1698,6 +1698,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
             404: components["responses"]["NotFound"];
+            /** @description TOO_MANY_WRITE_URLS: write URLs open for `object_store.max_open_write_urls` other keys of yours already */
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];
@@ -1741,6 +1743,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             /** @description not found (BUCKET_NOT_FOUND, OBJECT_NOT_FOUND, DEFAULT_BUCKET_NOT_CONFIGURED) */
             404: components["responses"]["NotFound"];
+            /** @description TOO_MANY_WRITE_URLS: write URLs open for `object_store.max_open_write_urls` other keys of yours already */
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalServerError"];

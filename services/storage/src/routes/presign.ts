@@ -6,7 +6,15 @@ import type { StorageContext } from '../domain/context.ts';
 import { expirySeconds, PRESIGN_EXPIRY } from '../domain/expiry.ts';
 import { defaultTargetOf, namedTargetOf } from './object-target.ts';
 import { utcSeconds } from './presenters.ts';
-import { bucketKeyParams, errorResponses, expiryField, keyParams, OBJECT_KEY, schemas } from './schemas.ts';
+import {
+  bucketKeyParams,
+  errorResponses,
+  expiryField,
+  keyParams,
+  OBJECT_KEY,
+  problemResponse,
+  schemas,
+} from './schemas.ts';
 
 const presignBody = z
   .object({
@@ -53,7 +61,13 @@ async function presign(ctx: StorageContext, caller: Principal, target: Target, b
 }
 
 export const presignRoutes: RoutePlugin<StorageContext> = async (app, ctx) => {
-  const response = { 200: presignResponse, ...errorResponses };
+  const response = {
+    200: presignResponse,
+    ...errorResponses,
+    409: problemResponse(
+      'TOO_MANY_WRITE_URLS: write URLs open for `object_store.max_open_write_urls` other keys of yours already',
+    ),
+  };
   app.post(
     '/presigned-url/:bucketName/*',
     {
