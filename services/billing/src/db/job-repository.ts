@@ -25,7 +25,6 @@ export async function findJob(db: Db, id: string, forUpdate = false): Promise<Jo
   return (forUpdate ? q.forUpdate() : q).executeTakeFirst();
 }
 
-/** The renter's job submitted with this idempotency key, if any. */
 /** How many of the user's jobs have not ended (queued, placing, running or recovering). */
 export async function countOpenJobs(db: Db, userId: string): Promise<number> {
   const row = await db
@@ -37,6 +36,7 @@ export async function countOpenJobs(db: Db, userId: string): Promise<number> {
   return Number(row?.n ?? 0);
 }
 
+/** The renter's job submitted with this idempotency key, if any. */
 export async function findJobByKey(db: Db, userId: string, key: string): Promise<JobRow | undefined> {
   return db
     .selectFrom('jobs')
@@ -216,7 +216,6 @@ export async function runningSessionOfJob(
     .executeTakeFirst();
 }
 
-/** The attempt whose session this is, locked. */
 /**
  * The number of the job's attempt placed after the one of session `sessionId` (null: none, or not a job's session):
  * the job moved on from that attempt, whose machine was taken for dead or whose end was settled.
@@ -233,6 +232,7 @@ export async function laterAttemptThan(db: Db, sessionId: string): Promise<numbe
   return row?.n == null ? null : Number(row.n);
 }
 
+/** The attempt whose session this is, locked. */
 export async function findAttempt(trx: Transaction<BillingDB>, sessionId: string): Promise<JobAttemptRow | undefined> {
   return trx.selectFrom('job_attempts').selectAll().where('session_id', '=', sessionId).forUpdate().executeTakeFirst();
 }
