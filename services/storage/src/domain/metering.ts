@@ -2,8 +2,8 @@
  * Stored bytes, measured for billing. Once per period (`metering.interval`, periods starting at its multiples since
  * the epoch, UTC, so every instance's agree), the meter adds up what each owner stores, from the object catalog's
  * owners (`catalog/`): every object of the buckets they own (the owner records), and every object under their folder
- * of the default bucket (`users/{id}/`); and the parts of their open resumable uploads (`withOpenUploads`). Buckets without an owner record (made outside the platform) are nobody's and
- * billed to nobody. The catalog follows the store within `reconcile_interval` for what was written behind the
+ * of the default bucket (`users/{id}/`); and the parts of their open resumable uploads (`withOpenUploads`). Buckets
+ * without an owner record (made outside the platform) are nobody's and billed to nobody. The catalog follows the store within `reconcile_interval` for what was written behind the
  * service's back; what went through the service is in it at once. Each owner's bytes are
  * reported to billing for the period just ended: bytes × the period's length is what billing charges, so an object
  * is billed for the periods it was there when they ended.

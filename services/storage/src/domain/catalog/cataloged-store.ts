@@ -127,9 +127,9 @@ export class CatalogedStore implements ObjectStore {
     }
   }
 
-  private async write(op: () => Promise<void>): Promise<void> {
+  private async write<T>(op: () => Promise<T>): Promise<T> {
     try {
-      await op();
+      return await op();
     } catch (err) {
       throw errors.dependencyUnavailable('database', err);
     }
@@ -165,10 +165,7 @@ export class CatalogedStore implements ObjectStore {
   ): Promise<string> {
     if (method === 'PUT' && bucket !== this.recordsBucket) {
       const until = new Date(Date.now() + expiresInSeconds * 1000);
-      let noted = true;
-      await this.write(async () => {
-        noted = await this.catalog.noteWriteUrl({ bucket, key, until }, owner);
-      });
+      const noted = await this.write(() => this.catalog.noteWriteUrl({ bucket, key, until }, owner));
       if (!noted && owner) throw storageErrors.tooManyWriteUrls(owner.max);
     }
     return this.inner.presign(bucket, key, method, expiresInSeconds);

@@ -23,6 +23,7 @@ import { errors, type Logger, sameEntityTag } from '@gpu/common';
 import { storageErrors } from '../../errors.ts';
 import type { ResolvedTarget } from '../access.ts';
 import {
+  type ObjectEntry,
   type ObjectStore,
   type PartInfo,
   type PartRequest,
@@ -110,13 +111,26 @@ export class Uploads {
     return new Date(Date.parse(record.created_at) + this.settings.expiryMs);
   }
 
-  /** The keys of the owner's records that have not expired (a record's time in the listing is its start). */
+  /** Whether a listed record is of an upload still open at `now` (a record's time in the listing is its start). */
+  private isOpen(entry: ObjectEntry, now: number): boolean {
+    return (entry.lastModified?.getTime() ?? now) + this.settings.expiryMs > now;
+  }
+
+  /** Every owner's records, as the store lists them, page by page. */
+  private async *everyRecord(): AsyncGenerator<ObjectEntry> {
+    let token: string | undefined;
+    do {
+      const page = await this.records(RECORDS, 1000, token);
+      yield* page.objects;
+      token = page.nextToken;
+    } while (token);
+  }
+
+  /** The keys of the owner's records that have not expired. */
   private async openKeys(owner: string): Promise<string[]> {
     const now = Date.now();
     const page = await this.records(`${RECORDS}${owner}/`, 1000);
-    return page.objects
-      .filter((o) => (o.lastModified?.getTime() ?? now) + this.settings.expiryMs > now)
-      .map((o) => o.key);
+    return page.objects.filter((o) => this.isOpen(o, now)).map((o) => o.key);
   }
 
   /**
@@ -333,22 +347,17 @@ export class Uploads {
    */
   async heldBytesByOwner(now = Date.now()): Promise<Map<string, number>> {
     const held = new Map<string, number>();
-    let token: string | undefined;
-    do {
-      const page = await this.records(RECORDS, 1000, token);
-      for (const entry of page.objects) {
-        if ((entry.lastModified?.getTime() ?? now) + this.settings.expiryMs <= now) continue;
-        const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
-        if (!record) continue;
-        const parts = await this.store.listParts(record.bucket, record.key, record.store_upload_id).catch((err) => {
-          if (['UPLOAD_NOT_FOUND', 'BUCKET_NOT_FOUND'].includes((err as { code?: string }).code ?? '')) return [];
-          throw err;
-        });
-        const bytes = parts.reduce((sum, part) => sum + part.size, 0);
-        if (bytes > 0) held.set(record.owner, (held.get(record.owner) ?? 0) + bytes);
-      }
-      token = page.nextToken;
-    } while (token);
+    for await (const entry of this.everyRecord()) {
+      if (!this.isOpen(entry, now)) continue;
+      const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
+      if (!record) continue;
+      const parts = await this.store.listParts(record.bucket, record.key, record.store_upload_id).catch((err) => {
+        if (['UPLOAD_NOT_FOUND', 'BUCKET_NOT_FOUND'].includes((err as { code?: string }).code ?? '')) return [];
+        throw err;
+      });
+      const bytes = parts.reduce((sum, part) => sum + part.size, 0);
+      if (bytes > 0) held.set(record.owner, (held.get(record.owner) ?? 0) + bytes);
+    }
     return held;
   }
 
@@ -358,28 +367,23 @@ export class Uploads {
    */
   async sweep(now = Date.now()): Promise<number> {
     let swept = 0;
-    let token: string | undefined;
-    do {
-      const page = await this.records(RECORDS, 1000, token);
-      for (const entry of page.objects) {
-        if ((entry.lastModified?.getTime() ?? now) + this.settings.expiryMs > now) continue;
-        try {
-          const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
-          if (record) {
-            await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id).catch((err: unknown) => {
-              // Its bucket gone: nothing left to free.
-              if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
-            });
-          }
-          await this.store.delete(this.recordsBucket, entry.key);
-          swept++;
-        } catch (err) {
-          // One record that cannot be swept now (the store refusing it) does not hold up the others.
-          this.logger?.warn({ err, record: entry.key }, 'an expired upload could not be swept; trying again later');
+    for await (const entry of this.everyRecord()) {
+      if (this.isOpen(entry, now)) continue;
+      try {
+        const record = (await readJson(this.store, this.recordsBucket, entry.key)) as UploadRecord | undefined;
+        if (record) {
+          await this.store.abortMultipart(record.bucket, record.key, record.store_upload_id).catch((err: unknown) => {
+            // Its bucket gone: nothing left to free.
+            if ((err as { code?: string }).code !== 'BUCKET_NOT_FOUND') throw err;
+          });
         }
+        await this.store.delete(this.recordsBucket, entry.key);
+        swept++;
+      } catch (err) {
+        // One record that cannot be swept now (the store refusing it) does not hold up the others.
+        this.logger?.warn({ err, record: entry.key }, 'an expired upload could not be swept; trying again later');
       }
-      token = page.nextToken;
-    } while (token);
+    }
     return swept;
   }
 }
