@@ -68,10 +68,10 @@ async function reachableSessions(ctx: Context): Promise<string[]> {
   );
   const ids = sessions.filter((s) => s.user_id === me.id && s.workload !== false).map((s) => s.id);
   // The platform's answer goes into ~/.ssh/config: only what is a session ID.
-  const odd = ids.filter((id) => !SESSION_ID.test(id));
-  if (odd.length > 0)
-    process.stderr.write(`gpu: ${odd.length} session IDs the platform answered are no session IDs: left out\n`);
-  return ids.filter((id) => SESSION_ID.test(id));
+  const sane = ids.filter((id) => SESSION_ID.test(id));
+  const odd = ids.length - sane.length;
+  if (odd > 0) process.stderr.write(`gpu: ${odd} session IDs the platform answered are no session IDs: left out\n`);
+  return sane;
 }
 
 /**

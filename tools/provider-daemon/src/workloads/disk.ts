@@ -10,8 +10,8 @@
  * That takes root (mounting), `mkfs.ext4` (e2fsprogs, on every Debian) and loop devices. A daemon without them (not
  * root, a container without `/dev/loop*`) says so at its start and falls back to **the watch**: `du` in a process of
  * its own, never on the daemon's event loop, counting the work directory's and its `/tmp`'s (a directory beside it,
- * never memory) bytes and files together each second (past either: `disk_limit`). The watch can be outrun between two looks; the filesystem
- * cannot.
+ * never memory) bytes and files together each second (past either: `disk_limit`). The watch can be outrun between two
+ * looks; the filesystem cannot.
  *
  * After a restart the daemon finds each session's filesystem still mounted (mounts outlive the process), or mounts
  * its image again, read-only, to upload what it holds; once the files are kept (or their upload window closed) the
