@@ -5,7 +5,17 @@
  * maximum runtime and its end; a container an earlier life of the daemon left is found by its label and removed.
  */
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -13,6 +23,7 @@ import type { WorkloadSpec } from '@gpu/common';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { daemonConfigSchema } from '../src/config.ts';
 import { gpuSource } from '../src/gpu/source.ts';
+import { drained, startExec } from '../src/reach/exec.ts';
 import {
   type ContainerOptions,
   DAEMON_LABEL,
@@ -22,6 +33,7 @@ import {
 } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
+import { entryCommand } from '../src/workloads/entry.ts';
 import { running as alive } from '../src/workloads/processes.ts';
 import { testImage, testRuntimeArgs } from './support/containers.ts';
 
@@ -29,6 +41,8 @@ const image = testImage;
 const runtime = { path: 'podman', args: testRuntimeArgs };
 
 const root = mkdtempSync(path.join(tmpdir(), 'container-test-'));
+/** The daemon's directory for the variables' files of programs run in workloads. */
+const reachDir = path.join(root, '.reach');
 chmodSync(root, 0o711);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
@@ -166,6 +180,31 @@ describe('container mode', () => {
     if (w.uid !== undefined) expect(statSync(result).uid).toBe(w.uid);
     // Its container is gone with it.
     expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
+  });
+
+  it('keeps each variable whole, off the command line: a quote or a line break in a value sets no other one', async () => {
+    // A container's own variables are one line each (the schema refuses others); a quote starts a value as any other.
+    const env = { QUOTED: '"q"', PLAIN: 'a b' };
+    const show =
+      'printf "%s|%s|%s|%s|%s\\n" "$QUOTED" "$PLAIN" "$MULTI" "${INJECTED:-none}" "${XDG_RUNTIME_DIR:-none}"';
+    const w = await run({ command: ['/bin/busybox', 'sh', '-c', `${show}; exec sleep 60`], env });
+    await w.container.ready;
+    await vi.waitFor(() => expect(w.stdout()).toBe('"q"|a b||none|none\n'), { timeout: 20_000 });
+    // A program run in it (`gpu exec`) may be given any value.
+    const execEnv = { ...env, MULTI: 'one\nINJECTED=yes\nXDG_RUNTIME_DIR' };
+    const argv = ['/bin/busybox', 'sh', '-c', show];
+    const command = entryCommand(w.container.entry, { argv, env: execEnv, tty: false }, reachDir);
+    expect(command.args.join(' ')).not.toContain('PLAIN=');
+    const proc = startExec(command, null);
+    const out: Buffer[] = [];
+    proc.stdout.on('data', (d: Buffer) => out.push(d));
+    proc.stdin.end();
+    expect(await proc.ended).toMatchObject({ code: 0 });
+    await drained(proc.stdout);
+    expect(Buffer.concat(out).toString()).toBe('"q"|a b|one\nINJECTED=yes\nXDG_RUNTIME_DIR|none|none\n');
+    // Its file of variables is gone.
+    expect(readdirSync(reachDir)).toEqual([]);
+    await w.container.stop('session_ended');
   });
 
   it('reaches no network: only its loopback, never a service of the host', async () => {

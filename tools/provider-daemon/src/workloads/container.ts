@@ -38,6 +38,7 @@ import { workloadSpecSchema } from '@gpu/common';
 import { hardMemory } from './cgroups.ts';
 import { type CommandProblem, commandProblem, type ViewMount } from './command.ts';
 import { type ProcessRef, pidWhileRunning, processRef } from './processes.ts';
+import { containerEnv } from './runtime-env.ts';
 import {
   allGone,
   boundedCopy,
@@ -209,7 +210,7 @@ export async function removeOrphans(rt: ContainerRuntime, daemon: string): Promi
 const graceSeconds = (graceMs: number) => Math.ceil(graceMs / 1000);
 
 /** The `create` arguments of the workload's container. */
-function createArgs(opts: ContainerOptions, envFile: string): string[] {
+function createArgs(opts: ContainerOptions, envFile: string, envArgs: string[]): string[] {
   const { spec, limits } = opts;
   const nofile = withinHard('Max open files', limits.openFiles);
   const nproc = withinHard('Max processes', limits.processes);
@@ -274,6 +275,7 @@ function createArgs(opts: ContainerOptions, envFile: string): string[] {
     '/work',
     '--env-file',
     envFile,
+    ...envArgs,
     ...(opts.uid !== undefined ? ['--user', `${opts.uid}:${opts.uid}`] : []),
   ];
   for (const gpu of opts.gpus) {
@@ -323,13 +325,6 @@ async function programProblem(
   }
 }
 
-/** The container's variables as the runtime's file of lines (the image keeps its own PATH). */
-function envLines(opts: ContainerOptions): string {
-  return Object.entries(workloadEnv(opts))
-    .map(([k, v]) => `${k}=${v}\n`)
-    .join('');
-}
-
 /** Starts the workload's container; throws when its spec is not a container's the platform accepts. */
 export function startContainer(opts: ContainerOptions): Sandbox {
   const spec = workloadSpecSchema.parse(opts.spec);
@@ -358,10 +353,12 @@ export function startContainer(opts: ContainerOptions): Sandbox {
 
   // Made, its network fenced, then started attached: its output streams to the daemon from the first byte.
   const started = (async () => {
-    writeFileSync(envFile, envLines(options), { mode: 0o600 });
+    // The image keeps its own PATH.
+    const env = containerEnv(workloadEnv(options));
+    writeFileSync(envFile, env.file, { mode: 0o600 });
     try {
       await remove(rt, [name]).catch(() => {});
-      await ctr(createArgs(options, envFile));
+      await ctr(createArgs(options, envFile, env.args));
     } finally {
       rmSync(envFile, { force: true });
     }

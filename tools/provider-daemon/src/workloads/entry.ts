@@ -10,7 +10,8 @@
  *   moves itself there before anything starts, so everything it starts is counted), with `no_new_privs`. So it sees
  *   the workload's files, GPUs and processes and nothing of the machine's (its network is the workload's: none, or
  *   slirp's, which never reaches the host's loopback).
- * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`.
+ * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`, its variables
+ *   from a file the same way (runtime-env.ts), read through descriptor 3 by the runtime itself.
  *
  * The workload's variables (the renter's, possibly secrets) never pass through a process outside the sandbox (its
  * C library would read a renter's GCONV_PATH there), nor through a command line (`ps` shows those to every user of
@@ -21,6 +22,7 @@ import { randomUUID } from 'node:crypto';
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { startTimeOf } from './processes.ts';
+import { containerEnv } from './runtime-env.ts';
 
 /** What the daemon knows of a running workload to enter it. */
 export type Entry = (
@@ -86,6 +88,9 @@ const WRAPPER = [
   'exec "$@"',
 ].join('\n');
 
+/** Opens the variables' file (its first argument) as descriptor 3, removes it, then becomes the rest. */
+const OPEN_ENV = 'exec 3<"$1" || exit 126; rm -f -- "$1"; shift; exec "$@"';
+
 /** Inside the workload: its variables from descriptor 3 (and nothing of the daemon's), then the program. */
 const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&-; exec "$@"';
 
@@ -124,21 +129,28 @@ export function workloadInnerPid(init: number): number | null {
  */
 export function entryCommand(entry: Entry, request: EntryRequest, dir: string): EntryCommand {
   if (entry.kind === 'container') {
-    const env = Object.entries(request.env ?? {}).flatMap(([k, v]) => ['--env', `${k}=${v}`]);
+    const env = containerEnv(request.env ?? {});
+    const args = (envFile: string[]) => [
+      ...entry.runtime.args,
+      'exec',
+      '--interactive',
+      ...(request.tty ? ['--tty'] : []),
+      ...(entry.uid !== undefined ? ['--user', `${entry.uid}:${entry.uid}`] : []),
+      '--workdir',
+      '/work',
+      ...envFile,
+      ...env.args,
+      entry.name,
+      ...request.argv,
+    ];
+    if (!env.file) return { file: entry.runtime.path, args: args([]), env: { PATH: HELPERS_PATH } };
+    // The runtime reads the variables from descriptor 3: the file is gone before it starts.
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const file = path.join(dir, `env-${randomUUID()}`);
+    writeFileSync(file, env.file, { mode: 0o400 });
     return {
-      file: entry.runtime.path,
-      args: [
-        ...entry.runtime.args,
-        'exec',
-        '--interactive',
-        ...(request.tty ? ['--tty'] : []),
-        ...(entry.uid !== undefined ? ['--user', `${entry.uid}:${entry.uid}`] : []),
-        '--workdir',
-        '/work',
-        ...env,
-        entry.name,
-        ...request.argv,
-      ],
+      file: '/bin/sh',
+      args: ['-c', OPEN_ENV, 'enter', file, entry.runtime.path, ...args(['--env-file', '/dev/fd/3'])],
       env: { PATH: HELPERS_PATH },
     };
   }
