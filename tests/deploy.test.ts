@@ -36,6 +36,8 @@ import YAML from 'yaml';
 import { compiledPath } from '../scripts/lib/build.ts';
 import { imageCommand, imageServices } from '../scripts/lib/image.ts';
 import { RULE_FILES } from '../scripts/lib/prometheus-rule.ts';
+import { checkAuthConfig, loadAuthConfig } from '../services/auth/src/config.ts';
+import { imageEnv } from './support/image-env.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const compose = YAML.parse(readFileSync(path.join(root, 'docker-compose.yml'), 'utf8'), { merge: true });
@@ -391,7 +393,10 @@ describe('docker-compose.yml', () => {
     writeFileSync(badFile, 'no_such_setting_anywhere: 1\n');
     // A configuration file named in the compose file is one inside the container; here it is a temporary one.
     const env: Record<string, string> = Object.fromEntries(
-      Object.entries(environment).map(([k, v]) => [k, k.endsWith('_CONFIG_FILE') ? path.join(dir, 'config.yaml') : v]),
+      Object.entries(environment).map(([k, v]) => [
+        k,
+        k.endsWith('_CONFIG_FILE') ? path.join(dir, 'config.yaml') : interpolated(v),
+      ]),
     );
     const comparable = (config: Record<string, unknown>) => JSON.stringify({ ...config, instance_id: undefined });
     const baseline = comparable(load(env));
@@ -405,6 +410,29 @@ describe('docker-compose.yml', () => {
       }
     });
     expect(ignored, `environment of ${name} in docker-compose.yml that the service ignores`).toEqual([]);
+  });
+
+  it("starts auth and its migration step on the image's environment (production unless told): compose's is development", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'deploy-auth-'));
+    const asImageLoadsIt = (name: string) => {
+      const environment = Object.entries(composeServices[name]?.environment ?? {}).map(([k, v]) => [
+        k,
+        // Paths inside the container are temporary ones here (the development key is written at first start).
+        typeof v === 'string' && v.startsWith('/data/') ? path.join(dir, name, v) : interpolated(v),
+      ]);
+      const config = loadAuthConfig({ ...imageEnv({ PORT: '8000' }), ...Object.fromEntries(environment) });
+      checkAuthConfig(config);
+      return config;
+    };
+    // The migration step signs and mails nothing: the checks of the service's keys are not its own.
+    expect(asImageLoadsIt('auth-migrate').database.migrate_only).toBe(true);
+    const auth = asImageLoadsIt('auth');
+    expect(auth.environment).toBe('development');
+    expect(existsSync(auth.jwt.private_key_file!)).toBe(true);
+    // The image alone (no APP_ENV) is production, which refuses to start without a key.
+    expect(() => checkAuthConfig(loadAuthConfig({ ...imageEnv(), SMTP_URL: 'smtp://mail:25' }))).toThrow(
+      /JWT_PRIVATE_KEY/,
+    );
   });
 });
 

@@ -58,6 +58,7 @@ import {
   SERVICE_PORTS,
   UPLOAD_PREFIXES,
 } from '../tools/gateway/src/routes.ts';
+import { imageEnv } from './support/image-env.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const k8sDir = path.join(root, 'deploy/k8s');
@@ -417,13 +418,15 @@ function volumeFor(pod: Doc, container: Doc, file: string): { mount: Doc; volume
 }
 
 /**
- * The configuration the service would load from this container's environment: files the environment names are
+ * The configuration the service would load from this container's environment and its image's: files the environment names are
  * the mounted ConfigMap's content (written to a temporary folder), a key from a Secret is a fresh key.
  */
 function loadServiceConfig(docs: Doc[], pod: Doc, container: Doc, info: ServiceInfo, where: string): Doc {
-  const env = containerEnv(docs, container, where);
+  // On the image's own environment (NODE_ENV=production: auth is then production unless APP_ENV says otherwise).
+  const own = containerEnv(docs, container, where);
+  const env = { ...imageEnv({ PORT: String(contractPorts[info.dir]) }), ...own };
   const scratch = mkdtempSync(path.join(tmpdir(), 'k8s-config-'));
-  for (const [name, value] of Object.entries(env)) {
+  for (const [name, value] of Object.entries(own)) {
     if (!value.startsWith('/')) continue;
     const found = volumeFor(pod, container, value);
     expect(

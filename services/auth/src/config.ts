@@ -273,9 +273,13 @@ export const authEnvAliases: Record<string, string> = {
  */
 const authRenamed: Record<string, string> = { database_url: 'database.url' };
 
-/** Rules that span keys; production refuses what development only warns about. Returns the warnings. */
+/**
+ * Rules that span keys; production refuses what development only warns about. Returns the warnings. A migration step
+ * (database.migrate_only) signs nothing and mails nothing: none of these are its concern.
+ */
 export function checkAuthConfig(config: AuthConfig): string[] {
   const warnings: string[] = [];
+  if (config.database.migrate_only) return warnings;
   const production = config.environment === 'production';
   const { jwt } = config;
   const problem = (message: string) => {
