@@ -710,6 +710,23 @@ describe('deploy/k8s', () => {
     expect(found?.volume.emptyDir).toBeDefined();
   });
 
+  it("keeps the production pods' database connections, every service at its autoscaler's maximum, under max_connections", () => {
+    const docs = render(path.join(k8sDir, 'overlays/production'));
+    let total = 0;
+    for (const [name, info] of Object.entries(services)) {
+      const pod = find(docs, 'Deployment', name).spec.template.spec;
+      const config = loadServiceConfig(docs, pod, pod.containers[0], info, `production ${name}`);
+      const pods = find(docs, 'HorizontalPodAutoscaler', name).spec.maxReplicas as number;
+      // Its pool, and one connection of the audit purge's where it keeps an audit trail.
+      total += pods * (config.database.pool_size + (config.audit?.purge_url ? 1 : 0));
+    }
+    const cluster = parseDocs(path.join(k8sDir, 'dependencies/cnpg/cluster.yaml'))[0];
+    const max = Number(cluster.spec.postgresql.parameters.max_connections);
+    // Room beside them for the migration steps of a rollout, the superuser's reserve, operators and monitoring.
+    expect(total + 50, `${total} connections at the HPA maxima`).toBeLessThanOrEqual(max);
+    expect(readFileSync(path.join(k8sDir, 'README.md'), 'utf8')).toContain(`= ${total})`);
+  });
+
   it('the NetworkPolicies let each caller in, and only on the service port', () => {
     const deny = find(baseDocs, 'NetworkPolicy', 'gpu-platform-default-deny-ingress');
     expect(deny.spec.podSelector.matchLabels).toEqual({ 'app.kubernetes.io/part-of': 'gpu-platform' });
@@ -744,10 +761,12 @@ describe('deploy/k8s', () => {
     expect(admits(policy('provider-registry'), podLabels('billing'), 8002)).toBe(true);
     expect(admits(policy('provider-registry'), role('scheduler'), 8002)).toBe(true);
     expect(admits(policy('billing'), role('scheduler'), 8003)).toBe(true);
-    // Billing calls storage (grants of workloads' files); no other platform service calls storage, none calls billing.
+    // Billing calls storage (grants of workloads' files); no other platform service calls storage or billing.
     expect(admits(policy('storage'), podLabels('billing'), 8001)).toBe(true);
     expect(admits(policy('storage'), podLabels('provider-registry'), 8001)).toBe(false);
     expect(admits(policy('billing'), podLabels('provider-registry'), 8003)).toBe(false);
+    // A renter's stream that reached a billing pod without the machine's connection goes on to the pod holding it.
+    expect(admits(policy('billing'), podLabels('billing'), 8003), 'billing -> billing').toBe(true);
   });
 
   it('documents every Secret and key the manifests reference', () => {

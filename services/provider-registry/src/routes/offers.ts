@@ -1,7 +1,7 @@
 /**
- * The market's endpoints: `GET /offers` (renters search with their own token; the public fields only), and billing's
- * prices without NATS (`PUT /prices`, `PUT /providers/{id}/prices`; with NATS the same arrive as billing's events:
- * adapters/billing-events-consumer.ts). Rules live in `domain/market.ts` and `domain/offers.ts`.
+ * The market's endpoint: `GET /offers` (renters search with their own token; the public fields only). Billing's prices
+ * arrive as its messages (`POST /messages` without NATS, its events with NATS: adapters/billing-messages.ts). Rules
+ * live in `domain/market.ts` and `domain/offers.ts`.
  */
 import {
   type App,
