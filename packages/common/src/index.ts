@@ -199,7 +199,6 @@ export {
   type OutboxRelayOptions,
   onMessage,
   outboxMetrics,
-  outOfStreams,
   PLATFORM_NATS_USERS,
   type PublishOptions,
   parseNatsIssuer,
@@ -214,6 +213,7 @@ export {
   subjectPrincipal,
   subjectSender,
   type TakenMessage,
+  trustsSubjects,
   writeNatsSetup,
 } from './messaging/index.ts';
 export {

@@ -18,8 +18,8 @@ import {
   natsConnectedGauge,
   OutboxRelay,
   outboxMetrics,
-  outOfStreams,
   type TokenVerifier,
+  trustsSubjects,
 } from '@gpu/common';
 import { billingMessages, startBillingConsumers } from './adapters/billing-messages.ts';
 import {
@@ -217,7 +217,7 @@ export async function buildApp(deps: RegistryDeps): Promise<RegistryApp> {
         verifier,
         prefix,
         // Subjects that name their sender only where no stream captures them (common's messaging/requests.ts).
-        subjectIdentity: config.messaging.subject_identity && (await outOfStreams(nats.connection, prefix, logger)),
+        subjectIdentity: config.messaging.subject_identity && (await trustsSubjects(nats.connection, prefix, logger)),
         rejected: heartbeatRejections,
         ...(deps.heartbeatsPerClient ? { perClientInHand: deps.heartbeatsPerClient } : {}),
         logger,

@@ -53,6 +53,8 @@ export interface HarnessOptions {
   nats?: boolean;
   /** Publish to this NATS instead of the shared test server (a test's own, which it stops). */
   natsUrl?: string;
+  /** `messaging.nats_credentials` (default: the shared test server's user; none for a test's own server). */
+  natsCredentials?: string;
   verifier?: TokenVerifier;
   /** Run the periodic offline sweep (default false: tests call `registry.sweepOffline()`). */
   sweeper?: boolean;
@@ -85,7 +87,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     messaging: {
       nats_url: opts.nats === false ? '' : (opts.natsUrl ?? testEnv.natsUrl),
       // The tests' NATS server runs in operator mode; a dedicated one (`natsUrl`) takes anyone.
-      nats_credentials: opts.nats === false || opts.natsUrl ? '' : testEnv.natsCredentials,
+      nats_credentials: opts.natsCredentials ?? (opts.nats === false || opts.natsUrl ? '' : testEnv.natsCredentials),
       subjects: {
         status: `test.${suffix}.registry.providers.status`,
         billing_events: `test.${suffix}.billing.events`,

@@ -1,7 +1,8 @@
-import { type Caller, connectAsDaemon, firstStatus, testEnv } from '@gpu/common/testing';
+import { type Caller, connectAsDaemon, firstStatus, freePort, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DedicatedNats } from './dedicated-nats.ts';
 import { type Harness, providerBody, startHarness } from './helpers.ts';
 
 let h: Harness;
@@ -150,6 +151,38 @@ describe('heartbeats whose subject names their sender', () => {
       release();
       await holder.catch(() => {});
       await small.close();
+    }
+  });
+
+  it("is not taken from a NATS server that admits anyone: any client could publish any owner's subject there", async () => {
+    const nats = new DedicatedNats(await freePort());
+    await nats.start();
+    const lines: string[] = [];
+    const loose = await startHarness({
+      testDb: h.testDb,
+      takeHeartbeats: true,
+      subjectIdentity: true,
+      natsUrl: nats.url,
+      // The platform's credentials, sent to a server that checks none.
+      natsCredentials: testEnv.natsCredentials,
+      logDestination: { write: (line: string) => lines.push(line) },
+    });
+    const stranger = await connect({ servers: nats.url });
+    try {
+      const { owner, daemon, machine } = await rig();
+      const before = await lastSeen(machine);
+      const subject = `${loose.config.messaging.subjects.heartbeats}.${owner.id}.${daemon.id}.${machine}`;
+      const outcome = await stranger.request(subject, '', { timeout: 1500 }).then(
+        () => 'answered',
+        (err: Error) => err.message,
+      );
+      expect(outcome).toMatch(/no responders|timeout/i);
+      expect(await lastSeen(machine)).toEqual(before);
+      expect(lines.join('')).toContain('the NATS server admits clients without credentials');
+    } finally {
+      await stranger.close();
+      await loose.close();
+      await nats.destroy();
     }
   });
 

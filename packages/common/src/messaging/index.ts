@@ -55,10 +55,10 @@ export {
   type PublishOptions,
 } from './publisher.ts';
 export {
-  outOfStreams,
   type RequestServer,
   type RequestServerOptions,
   serveRequests,
   type TakenMessage,
+  trustsSubjects,
 } from './requests.ts';
 export { awaitStream, type EnsureStreamOptions, ensureStream } from './stream.ts';

@@ -86,11 +86,21 @@ export interface RequestServer {
 }
 
 /**
- * Whether the subjects that name their sender, `<prefix>.<owner>.<client>.<id>`, are out of every JetStream stream
- * (the module's doc says why they must be). When a stream captures them, logs an error naming it and answers false:
- * the service then does not take them (its daemons' messages go over HTTP). True when JetStream cannot say.
+ * Whether the subjects that name their sender, `<prefix>.<owner>.<client>.<id>`, may be taken as that sender's here:
+ * the server enforces who may publish them (it admits only authenticated users: operator mode, `nats-auth.ts`), and
+ * they are out of every JetStream stream (the module's doc says why they must be). Otherwise logs an error saying why
+ * and answers false: the service then does not take them (its daemons' messages go over HTTP). A server that admits
+ * anyone would let any client publish any owner's subjects. The streams are taken as out when JetStream cannot say.
  */
-export async function outOfStreams(connection: NatsConnection, prefix: string, logger: Logger): Promise<boolean> {
+export async function trustsSubjects(connection: NatsConnection, prefix: string, logger: Logger): Promise<boolean> {
+  if (connection.info?.auth_required !== true) {
+    logger.error(
+      { server: connection.getServer(), subject: `${prefix}.>` },
+      'the NATS server admits clients without credentials, so anyone may publish on subjects that name a daemon: ' +
+        "not taking daemons' messages there (run it in operator mode: pnpm nats-setup)",
+    );
+    return false;
+  }
   const id = '00000000-0000-4000-8000-000000000000';
   const sample = `${prefix}.${id}.${id}.${id}`;
   const stream = await jetstreamManager(connection, { timeout: 5_000 })

@@ -31,7 +31,6 @@ import {
   isRefusal,
   type Logger,
   messageTraceContext,
-  outOfStreams,
   problemOf,
   type RequestServer,
   serveRequests,
@@ -40,6 +39,7 @@ import {
   subjectPrincipal,
   subjectSender,
   toAppError,
+  trustsSubjects,
 } from '@gpu/common';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
@@ -127,7 +127,7 @@ export async function startUsageConsumer(opts: UsageConsumerOptions): Promise<Us
   const requests =
     opts.subjectIdentity &&
     opts.reportsPrefix &&
-    (await outOfStreams(opts.connection as NatsConnection, opts.reportsPrefix, opts.logger))
+    (await trustsSubjects(opts.connection as NatsConnection, opts.reportsPrefix, opts.logger))
       ? serveUsageRequests(handling, opts.reportsPrefix)
       : null;
   if (requests) {
