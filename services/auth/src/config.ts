@@ -318,6 +318,10 @@ export function checkAuthConfig(config: AuthConfig): string[] {
       );
     }
   }
+  // The examples' placeholder (docker-compose.yml's `change-me-admin-password`) passes the password policy.
+  if (config.admin.password && /change-?me/i.test(config.admin.password)) {
+    problem('ADMIN_PASSWORD (admin.password) is an example\'s placeholder ("change-me")');
+  }
   if (Boolean(config.admin.email) !== Boolean(config.admin.password)) {
     throw new ConfigError('invalid configuration: set both ADMIN_EMAIL and ADMIN_PASSWORD, or neither');
   }

@@ -78,6 +78,10 @@ describe('configuration', () => {
     expect(() => prod({ ALGORITHM: 'HS256', SECRET_KEY: 'short' })).toThrow(/shorter than 32/);
     expect(() => prod({})).toThrow(/JWT_PRIVATE_KEY/);
     expect(prod({ ALGORITHM: 'HS256', SECRET_KEY: LONG_SECRET })).toEqual([]);
+    // The examples' placeholder admin password passes the password policy: production refuses it by name.
+    const admin = { ALGORITHM: 'HS256', SECRET_KEY: LONG_SECRET, ADMIN_EMAIL: 'admin@example.com' };
+    expect(() => prod({ ...admin, ADMIN_PASSWORD: 'change-me-admin-password' })).toThrow(/ADMIN_PASSWORD.*placeholder/);
+    expect(prod({ ...admin, ADMIN_PASSWORD: 'a-real-long-passphrase-of-ours' })).toEqual([]);
     expect(() => checkAuthConfig(loadAuthConfig({ NODE_ENV: 'production', ALGORITHM: 'HS256' }))).toThrow(/SECRET_KEY/);
   });
 
