@@ -57,6 +57,22 @@ describe('POST /api/v1/pricing/calculate', () => {
     });
   });
 
+  it('prices a model named like a property of every object as any other: its own rate, or the default', async () => {
+    const res = await calculate({ gpu_model: 'constructor', duration_hours: '1' });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ gpu_model: 'constructor', rate_key: 'default', total_cost: '0.250000' });
+    // A provider may price it, and it is the only entry of that name.
+    const provider = crypto.randomUUID();
+    const put = await h.app.inject({
+      method: 'PUT',
+      url: `/api/v1/provider/${provider}/rates`,
+      payload: { base_rates: { Constructor: '0.7' } },
+    });
+    expect(put.statusCode, put.body).toBe(200);
+    const priced = await calculate({ gpu_model: 'constructor', provider_id: provider, duration_hours: '1' });
+    expect(priced.json()).toMatchObject({ rate_key: 'constructor', rate_source: 'provider', total_cost: '0.700000' });
+  });
+
   it('keeps rates exact and rounds only the derived amounts, half-even', async () => {
     // 1000 MB = 0.9765625 GB → VRAM 0.01953125/h; 0.1 h → 0.036953125 → 0.036953; fee 0.00184765 → 0.001848.
     const res = await calculate({ gpu_model: 'nvidia geforce rtx 3080', requested_vram_mb: 1000, duration_hours: 0.1 });

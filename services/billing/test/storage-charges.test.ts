@@ -112,6 +112,26 @@ describe('storage charges', () => {
     expect((await report({ user_id: user, ...hour(2), bytes: GIB })).statusCode).toBe(201);
   });
 
+  it('refuse overlapping periods sent at once, the user ID spelt in either case: one charged', async () => {
+    for (let round = 0; round < 3; round++) {
+      const user = crypto.randomUUID();
+      const wallet = await h.fundedWallet('1', 'user', undefined, { ownerId: user });
+      const { period_start } = hour(5);
+      const later = {
+        period_start: new Date(Date.parse(period_start) + 30 * 60_000).toISOString(),
+        period_end: new Date(Date.parse(period_start) + 90 * 60_000).toISOString(),
+      };
+      const answers = await Promise.all([
+        report({ user_id: user, ...hour(5), bytes: GIB }),
+        report({ user_id: user.toUpperCase(), ...later, bytes: GIB }),
+      ]);
+      expect(answers.map((r) => r.statusCode).sort()).toEqual([201, 409]);
+      expect(answers.find((r) => r.statusCode === 201)!.json().user_id).toBe(user);
+      expect(await h.balanceOf(wallet.id)).toMatchObject({ available: '0.999900' });
+    }
+    expect((await h.assertLedgerConsistent()).problems).toEqual([]);
+  });
+
   it('take no more than the available balance (the rest unpaid), and all unpaid from a user without a wallet', async () => {
     const user = crypto.randomUUID();
     const wallet = await h.fundedWallet('0.0002', 'user', undefined, { ownerId: user });

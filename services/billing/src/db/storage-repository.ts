@@ -14,7 +14,7 @@ export type StorageChargeRow = Selectable<StorageChargeTable>;
  * ID), so the check that a period overlaps none charged and the charge itself are one step.
  */
 export async function lockUserStorage(trx: Transaction<BillingDB>, userId: string): Promise<void> {
-  await lockName(trx, `storage:${userId}`);
+  await lockName(trx, `storage:${userId.toLowerCase()}`);
 }
 
 /** The user's charges whose period overlaps `[start, end)`. */

@@ -262,7 +262,7 @@ export async function pricingRoutes(app: App, deps: RouteDeps) {
       const baseRates: Record<string, string> = {};
       for (const [model, rate] of Object.entries(request.body.base_rates)) {
         const key = normalizeModel(model);
-        if (!key || baseRates[key] !== undefined) {
+        if (!key || Object.hasOwn(baseRates, key)) {
           const message = key ? `"${model}" names the same model as another entry (${key})` : 'empty model name';
           throw errors.validation(message, [{ path: `body.base_rates.${model}`, message }]);
         }

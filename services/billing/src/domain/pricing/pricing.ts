@@ -92,7 +92,8 @@ function pickRate(
   for (const step of RATE_LOOKUP) {
     const table = step.table === 'provider' ? provider?.baseRates : platform.baseRates;
     const key = step.key === 'model' ? model : 'default';
-    const rate = table?.[key];
+    // Its own entries only: `constructor`, a model name like any other, is also every object's.
+    const rate = table && Object.hasOwn(table, key) ? table[key] : undefined;
     if (rate !== undefined) return { key, rate, source: step.table };
   }
   return { key: 'default', rate: UNPRICED_RATE, source: 'platform' };

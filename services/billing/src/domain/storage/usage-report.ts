@@ -27,7 +27,8 @@ type StorageUsageMessage = z.infer<typeof storageUsageSchema>;
 /** The report a validated message makes. */
 export function toStorageUsageReport(body: StorageUsageMessage): StorageUsageReport {
   return {
-    userId: body.user_id,
+    // One spelling of the ID (PostgreSQL reads `uuid` in any case; the per-user lock and the caller checks compare text).
+    userId: body.user_id.toLowerCase(),
     periodStart: new Date(body.period_start),
     periodEnd: new Date(body.period_end),
     bytes: body.bytes,
