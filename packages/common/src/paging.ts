@@ -36,7 +36,10 @@ export function decodeCursor(text: string, arity: number): CursorValue[] | undef
     return undefined;
   }
   if (!Array.isArray(parsed) || parsed.length !== arity) return undefined;
-  if (!parsed.every((v) => typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v)))) return undefined;
+  // No NUL in a string: no cursor a list writes holds one (PostgreSQL's text cannot), and the database refuses it.
+  const value = (v: unknown) =>
+    (typeof v === 'string' && !v.includes('\u0000')) || (typeof v === 'number' && Number.isFinite(v));
+  if (!parsed.every(value)) return undefined;
   return parsed as CursorValue[];
 }
 

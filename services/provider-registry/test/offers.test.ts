@@ -273,6 +273,17 @@ describe('offers', () => {
     expect(cleared.json().disk_mb).toBeNull();
     expect((await found('min_disk=1')).map(([id]) => id)).toEqual([big.id]);
     expect((await h.app.inject({ method: 'GET', url: '/offers?min_disk=-1' })).statusCode).toBe(400);
+    // Past what the column holds (about 2 PB): a 400 naming the field, on a search and on the machine alike.
+    const past = await h.app.inject({ method: 'GET', url: '/offers?min_disk=2147483648' });
+    expect(past.statusCode, past.body).toBe(400);
+    expect((await h.app.inject({ method: 'GET', url: '/offers?min_disk=2147483647' })).statusCode).toBe(200);
+    const huge = await h.app.inject({
+      method: 'PUT',
+      url: `/providers/${small.id}`,
+      payload: { ...without, disk_mb: 4_294_967_295 },
+    });
+    expect(huge.statusCode, huge.body).toBe(400);
+    expect(huge.json().errors).toEqual([expect.objectContaining({ path: 'body.disk_mb' })]);
   });
 
   it('are found at a bid: filtered by the bid floor and sorted by it, the floor following the rates', async () => {
@@ -297,6 +308,21 @@ describe('offers', () => {
       expect(res.statusCode, res.body).toBe(200);
     };
     for (const [i, floor] of floors.entries()) await setFloor(machines[i]!, floor);
+    // A floor of 0 is none billing ever sends (null: no bids): refused as malformed, nothing changed.
+    for (const zero of ['0', '0.000']) {
+      const res = await deliver(h.app, 'pricing.provider_rates', {
+        provider_id: machines[0],
+        rates: {
+          base_rates: {},
+          vram_rate_per_gb_hour: null,
+          power_rate_per_watt_hour: null,
+          bid_floor: zero,
+          occurred_at: new Date().toISOString(),
+        },
+      });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.body).toContain('more than 0');
+    }
     const ids = (items: OfferJson[]) => items.map((o) => o.provider_id);
     const floorOf = (o: OfferJson) => (o.interruptible as { bid_floor: string } | null)?.bid_floor;
     // At most 1: the machines whose floor a bid of 1 meets, and no machine that takes no bids.
@@ -439,7 +465,13 @@ describe('offers', () => {
     }
     // The platform's page size: up to 1000, as every list.
     expect((await h.app.inject({ method: 'GET', url: '/offers?limit=1000' })).statusCode).toBe(200);
-    for (const cursor of ['garbage', Buffer.from('["price","1","not-a-uuid","x"]').toString('base64url')]) {
+    const forged = (values: unknown[]) => Buffer.from(JSON.stringify(values)).toString('base64url');
+    for (const cursor of [
+      'garbage',
+      forged(['price', '1', 'not-a-uuid', 'x']),
+      // A NUL no stored text can hold (the database refuses it).
+      forged(['price', '1', crypto.randomUUID(), 'a\u0000b']),
+    ]) {
       const res = await h.app.inject({ method: 'GET', url: `/offers?cursor=${cursor}` });
       expect(res.statusCode, cursor).toBe(400);
       expect(res.json().code).toBe('INVALID_CURSOR');

@@ -141,8 +141,8 @@ export const daemonConfigSchema = z
         processes: zInt(16, 1_000_000).default(4096),
         open_files: zInt(64, 1_048_576).default(65_536),
         memory_mb: zInt(64).default(65_536),
-        /** Bytes of a workload's disk (its work directory and /tmp together; one file at most). */
-        disk_mb: zInt(16).default(102_400),
+        /** MB of a workload's disk (its work directory and /tmp together; one file at most), as the registry holds it. */
+        disk_mb: zInt(16, 2_147_483_647).default(102_400),
         /** Files and directories on a workload's disk (its filesystem's inodes). */
         disk_files: zInt(1024, 100_000_000).default(1_000_000),
         /**

@@ -26,7 +26,7 @@ import {
   VERSION_PATTERN,
   VRAM_PRICE_SCALE,
 } from '../domain/offers.ts';
-import { schemas, text } from './schemas.ts';
+import { DISK_MB_MAX, schemas, text } from './schemas.ts';
 
 export interface OfferRoutesOptions {
   market: Market;
@@ -77,7 +77,7 @@ const offerQuerySchema = z.object({
   min_driver_version: version('driver version'),
   min_compute_capability: version('CUDA compute capability'),
   region: text(256).optional().describe("the machine's location, case-insensitive"),
-  min_disk: queryInteger(0, 4_294_967_295)
+  min_disk: queryInteger(0, DISK_MB_MAX)
     .optional()
     .describe('each workload gets at least this disk (MB); machines that do not state theirs are left out'),
   sort: z

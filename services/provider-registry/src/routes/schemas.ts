@@ -42,6 +42,8 @@ const UINT32_MAX = 4_294_967_295;
 const uint32 = () => z.number().int().min(0).max(UINT32_MAX);
 const uint64 = () => z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const percent = () => z.number().int().min(0).max(100);
+/** The disk a workload gets, MB: PostgreSQL's `integer` holds it (up to about 2 PB). */
+export const DISK_MB_MAX = 2_147_483_647;
 /** Something but white space: the text a required field must hold (its document's `pattern`). */
 const NOT_BLANK = /\S/;
 
@@ -136,7 +138,11 @@ const providerInputShape = {
     .nullish()
     .meta({ type: ['string', 'null'], maxLength: 45, description: 'IPv4 or IPv6 address' }),
   location: optionalText(256),
-  disk_mb: uint32()
+  disk_mb: z
+    .number()
+    .int()
+    .min(0)
+    .max(DISK_MB_MAX)
     .nullish()
     .describe(
       'the disk each workload on the machine gets, MB (the work directory and /tmp together), as its daemon allows ' +

@@ -38,6 +38,7 @@ const providerPricesSchema = ignoringUnknownFields(
     vram_rate_per_gb_hour: rate.nullable(),
     power_rate_per_watt_hour: rate.nullable(),
     bid_floor: rate
+      .refine((r) => /[1-9]/.test(r), 'a bid floor is more than 0')
       .nullable()
       .default(null)
       .describe('the lowest bid per GPU-hour it takes for an interruptible rental; null: it takes no bids'),
