@@ -380,6 +380,23 @@ describe('offers', () => {
     await rent(h.app, machines[3]!);
     expect((await offers(`region=${where}&max_bid=0.5`)).items).toEqual([]);
     expect(ids((await offers(`region=${where}&max_bid=0.5&availability=any`)).items)).toEqual([machines[3]]);
+    // Held by its owner (an explicit busy): billing rents none of its GPUs at any bid, so none is offered at one.
+    const before = (await offers(`region=${where}&max_bid=2&availability=any`)).items.find(
+      (o) => o.provider_id === machines[2],
+    );
+    expect(before?.interruptible).toMatchObject({ gpus: 1 });
+    const hold = await h.app.inject({
+      method: 'PATCH',
+      url: `/providers/${machines[2]}/status`,
+      payload: { status: 'busy' },
+    });
+    expect(hold.json()).toMatchObject({ status: 'busy' });
+    const machine = await h.app.inject({ method: 'GET', url: `/providers/${machines[2]}` });
+    expect(machine.json()).toMatchObject({ status: 'busy', held: true });
+    const held = (await offers(`region=${where}&max_bid=2&availability=any`)).items.find(
+      (o) => o.provider_id === machines[2],
+    );
+    expect(held?.interruptible).toEqual({ bid_floor: '2', gpus: 0, winning_bid: null, outbid_above: null });
   });
 
   it('page through the market by keyset in each order, every offer once', async () => {

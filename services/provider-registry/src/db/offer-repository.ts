@@ -66,16 +66,18 @@ export interface OfferRow {
 /**
  * An offer's interruptible side, from the machine's bid floor and the bids of its group's held GPUs (one row per
  * offer the page returns): a free GPU is won at the floor; a held one by a bid above the lowest bid holding one (and
- * at least the floor). GPUs count while the machine is up and they make at least the group the machine rents.
+ * at least the floor). GPUs count while the machine is up and not held by its owner (billing rents none of a held
+ * machine's, at any bid), and they make at least the group the machine rents.
  */
 const interruptibleSql = sql`(
   SELECT jsonb_build_object(
     'bid_floor', trim_scale(pp.bid_floor)::text,
-    'gpus', CASE WHEN o.status IN ('idle', 'busy') AND o.unrented_gpus + b.n >= o.min_gpus_per_rental
+    'gpus', CASE WHEN o.status IN ('idle', 'busy') AND NOT p.held AND o.unrented_gpus + b.n >= o.min_gpus_per_rental
       THEN o.unrented_gpus + b.n ELSE 0 END,
     'winning_bid', CASE WHEN o.free_gpus > 0 THEN trim_scale(pp.bid_floor)::text END,
-    'outbid_above', CASE WHEN o.status IN ('idle', 'busy') THEN trim_scale(b.lowest)::text END)
+    'outbid_above', CASE WHEN o.status IN ('idle', 'busy') AND NOT p.held THEN trim_scale(b.lowest)::text END)
   FROM provider_prices pp
+  JOIN providers p ON p.id = o.provider_id
   CROSS JOIN LATERAL (
     SELECT count(*)::int AS n, min((h.bids ->> gp.idx::text)::numeric) AS lowest
     FROM gpu_holds h JOIN gpus gp ON gp.provider_id = h.provider_id
