@@ -123,6 +123,41 @@ describe('GET /providers by GPU model', () => {
     expect(await allPages(`${query}&limit=1`)).toEqual(expected(query));
   });
 
+  it('folds ASCII capitals only, alike under every sort; the migration refolds a machine written by the earlier rule', async () => {
+    const tag = crypto.randomUUID().slice(0, 8);
+    const machine = await register(h.app, {
+      gpus: [gpu({ model_name: `NVIDIA ÄRCx-${tag} Pro`, vram: 1000, architecture: 'ÄDA' })],
+    });
+    const sorts = ['registered_at', '-vram', 'gpu_count', 'last_seen_at', '-last_seen_at'];
+    const searches = async () => {
+      const found: Record<string, string[]> = {};
+      for (const sort of sorts) {
+        for (const extra of ['', '&min_vram=1', '&architecture=%C3%84da', '&architecture=%C3%A4da']) {
+          for (const term of [`ÄRCx-${tag}`, `nvidia ÄRCX-${tag.toUpperCase()}`, `äRCx-${tag}`]) {
+            const query = `gpu_model=${encodeURIComponent(term)}&sort=${sort}${extra}`;
+            found[query] = await ids(query);
+          }
+        }
+      }
+      return found;
+    };
+    // A capital outside ASCII matches as written (Ä is not ä); ASCII ones in any case; the same whatever the sort.
+    const want = (query: string) => (query.includes('%C3%A4') ? [] : [machine.id]);
+    const check = (found: Record<string, string[]>) => {
+      for (const [query, got] of Object.entries(found)) expect(got, query).toEqual(want(query));
+    };
+    check(await searches());
+    // As the earlier rule wrote it (Unicode's lower case in the summary and the model keys): the model walk misses it.
+    await sql`UPDATE providers SET gpu_models = ${`|nvidia ärcx-${tag} pro|`}, gpu_architectures = '|äda|'
+      WHERE id = ${machine.id}`.execute(h.database.db);
+    await sql`UPDATE provider_models SET model = ${`nvidia ärcx-${tag} pro`} WHERE provider_id = ${machine.id}`.execute(
+      h.database.db,
+    );
+    expect(await ids(`gpu_model=${encodeURIComponent(`ÄRCx-${tag}`)}`)).toEqual([]);
+    await migrations['20250122000000_ascii_case_fold']!.up(h.database.db as Kysely<unknown>);
+    check(await searches());
+  });
+
   it('walks providers instead when a term names more models than it merges', async () => {
     const many = await register(h.app, {
       gpus: Array.from({ length: 40 }, (_, i) => gpu({ model_name: `Many-${String(i).padStart(2, '0')}`, vram: 1000 })),

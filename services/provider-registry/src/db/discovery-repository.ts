@@ -24,6 +24,7 @@
  *   checked by the page's own statement (one round trip instead of two).
  */
 import { type Kysely, type RawBuilder, sql } from 'kysely';
+import { foldCase, foldSql } from '../domain/case-fold.ts';
 import { type Cursor, type DiscoveryFilter, parseSort, type SortKey } from '../domain/discovery.ts';
 import { providerJsonSql } from './provider-json-sql.ts';
 import type { RegistryDB } from './schema.ts';
@@ -113,13 +114,13 @@ function conditions(
   if (filter.healthy_only) where.push(sql`p.all_healthy`);
 
   const gpuConditions: RawBuilder<boolean>[] = [];
-  const model = filter.gpu_model?.toLowerCase();
-  const arch = filter.architecture?.toLowerCase();
+  const model = filter.gpu_model === undefined ? undefined : foldCase(filter.gpu_model);
+  const arch = filter.architecture === undefined ? undefined : foldCase(filter.architecture);
   if (model !== undefined) {
     // Redundant after the model walk, and PostgreSQL would count its selectivity twice (underestimating
     // the rows a page takes, which drives the plan cost up towards JIT compilation).
     if (!byModel) where.push(sql`p.gpu_models LIKE ${containsPattern(model)}`);
-    gpuConditions.push(sql`lower(g.model_name) LIKE ${containsPattern(model)}`);
+    gpuConditions.push(sql`${sql.raw(foldSql('g.model_name'))} LIKE ${containsPattern(model)}`);
   }
   if (filter.min_vram !== undefined) {
     where.push(sql`p.max_vram >= ${filter.min_vram}`);
@@ -127,7 +128,7 @@ function conditions(
   }
   if (arch !== undefined) {
     where.push(sql`p.gpu_architectures LIKE ${containsPattern(`|${arch}|`)}`);
-    gpuConditions.push(sql`lower(g.architecture) = ${arch}`);
+    gpuConditions.push(sql`${sql.raw(foldSql('g.architecture'))} = ${arch}`);
   }
   const minGpus = filter.min_gpus ?? 1;
   if (minGpus > 1) where.push(sql`p.gpu_count >= ${minGpus}`);
@@ -184,7 +185,7 @@ function modelWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order
  * Without such conditions the narrow rows' sort keeps only the page (a top-N sort), else it sorts them all.
  */
 function clockWalk(filter: DiscoveryFilter, offlineAfterMs: number, order: Order) {
-  const model = filter.gpu_model?.toLowerCase();
+  const model = filter.gpu_model === undefined ? undefined : foldCase(filter.gpu_model);
   const where: RawBuilder<boolean>[] = [];
   if (filter.status) where.push(effectiveStatusIs(filter.status, offlineAfterMs, NARROW));
   // The model summary's copy passes over the other providers' rows without probing them.
@@ -316,7 +317,7 @@ export async function listProviders(
   const order = orderOf(filter);
   let page: RawBuilder<unknown> | undefined;
   if (filter.gpu_model !== undefined && order.key !== 'last_seen_at') {
-    const term = filter.gpu_model.toLowerCase();
+    const term = foldCase(filter.gpu_model);
     const known = names?.get(term);
     if (known !== undefined) {
       const same = await modelPageIfSame(db, filter, offlineAfterMs, order, term, known);

@@ -5,6 +5,7 @@
  */
 import { type Kysely, sql, type Transaction } from 'kysely';
 import type { MachineBinding, WriteScope } from '../domain/access.ts';
+import { foldSql } from '../domain/case-fold.ts';
 import { GPU_FIELDS } from '../domain/gpu-fields.ts';
 import { offerGroups } from '../domain/offers.ts';
 import {
@@ -104,7 +105,7 @@ export async function findProvider(db: Db, id: string, offlineAfterMs: number): 
 async function insertModelKeys(tx: Transaction<RegistryDB>, id: string): Promise<void> {
   await sql`
     INSERT INTO provider_models (provider_id, model, registered_at, max_vram, gpu_count)
-    SELECT DISTINCT p.id, lower(g.model_name), p.registered_at, p.max_vram, p.gpu_count
+    SELECT DISTINCT p.id, ${sql.raw(foldSql('g.model_name'))}, p.registered_at, p.max_vram, p.gpu_count
     FROM providers p JOIN gpus g ON g.provider_id = p.id
     WHERE p.id = ${id}`.execute(tx);
 }

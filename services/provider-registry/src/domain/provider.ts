@@ -4,6 +4,7 @@
  * goes silent, and the GPU summary kept on each provider row for discovery.
  */
 import { PROVIDER_STATUSES, type ProviderStatus } from '@gpu/common';
+import { foldCase } from './case-fold.ts';
 import type { Gpu, GpuInput } from './gpu-fields.ts';
 
 /** The statuses (shared with billing: `market-terms.ts` in @gpu/common). */
@@ -114,7 +115,7 @@ interface GpuSummary {
 }
 
 export function summarizeGpus(gpus: readonly GpuInput[]) {
-  const frame = (xs: string[]) => `|${[...new Set(xs.map((x) => x.toLowerCase()))].sort().join('|')}|`;
+  const frame = (xs: string[]) => `|${[...new Set(xs.map(foldCase))].sort().join('|')}|`;
   return {
     gpu_count: gpus.length,
     max_vram: gpus.reduce((m, g) => Math.max(m, g.vram), 0),

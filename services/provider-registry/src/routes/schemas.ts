@@ -395,9 +395,9 @@ export const messageSchema = z
 
 export const listQuerySchema = z.object({
   status: statusSchema.optional(),
-  gpu_model: text(128).optional().describe('partial, case-insensitive GPU model match'),
+  gpu_model: text(128).optional().describe('partial GPU model match, ASCII letters in either case'),
   min_vram: queryInteger(0, Number.MAX_SAFE_INTEGER).optional().describe('minimum VRAM of a GPU in MB'),
-  architecture: text(64).optional().describe('GPU architecture, case-insensitive'),
+  architecture: text(64).optional().describe('GPU architecture, ASCII letters in either case'),
   healthy_only: z
     .enum(['true', 'false', '1', '0'])
     .transform((v) => v === 'true' || v === '1')

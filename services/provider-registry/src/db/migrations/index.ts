@@ -21,6 +21,7 @@ import * as bids from './20250118000000_bids.ts';
 import * as livenessHot from './20250119000000_liveness_hot.ts';
 import * as gpusFillfactor from './20250120000000_gpus_fillfactor.ts';
 import * as offerBidFloor from './20250121000000_offer_bid_floor.ts';
+import * as asciiCaseFold from './20250122000000_ascii_case_fold.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_create_providers': createProviders,
@@ -44,4 +45,5 @@ export const migrations: Record<string, Migration> = {
   '20250119000000_liveness_hot': livenessHot,
   '20250120000000_gpus_fillfactor': gpusFillfactor,
   '20250121000000_offer_bid_floor': offerBidFloor,
+  '20250122000000_ascii_case_fold': asciiCaseFold,
 };
