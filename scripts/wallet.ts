@@ -5,7 +5,7 @@
  *
  *   pnpm wallet open    --keypair FILE                        gpu wallet open --keypair FILE (opened, address proven)
  *   pnpm wallet deposit --keypair FILE --amount 100 [--wallet ID]  gpu wallet deposit [ID] --keypair FILE --amount 100
- *   pnpm wallet balance [--wallet ID | --keypair FILE]         gpu wallet balance [ID | --address <the keypair's>]
+ *   pnpm wallet balance [--wallet ID | --keypair FILE | --address A]  gpu wallet balance [ID | --address A or the keypair's]
  *   pnpm wallet claim   --signature SIG [--amount 100] [--wallet ID | --keypair FILE]
  *                                                             gpu wallet deposit [ID | --address ...] --signature SIG
  *   pnpm wallet list | use | history | withdraw ...           gpu wallet list | use | history | withdraw ..., as given
@@ -43,8 +43,8 @@ const USAGE = `usage: pnpm wallet <command> ...: gpu wallet (pnpm gpu wallet --h
 
   pnpm wallet open    (--keypair FILE | --test-wallet NAME)                  your wallet at the keypair's address, proven
   pnpm wallet deposit (--keypair FILE | --test-wallet NAME) --amount TOKENS [--wallet ID] [--rpc URL]
-  pnpm wallet balance [--wallet ID | --keypair FILE]
-  pnpm wallet claim   --signature SIG [--amount TOKENS] [--wallet ID | --keypair FILE]
+  pnpm wallet balance [--wallet ID | --keypair FILE | --address ADDRESS]
+  pnpm wallet claim   --signature SIG [--amount TOKENS] [--wallet ID | --keypair FILE | --address ADDRESS]
   pnpm wallet list | use ID | history [ID] | withdraw [ID] --amount TOKENS    as gpu wallet has them
   pnpm wallet new     --keypair FILE                        a new keypair (a new address) in FILE, which must not exist (0600)
   pnpm wallet fund    (--keypair FILE | --address ADDRESS) [--amount TOKENS] [--rpc URL]
@@ -79,13 +79,23 @@ const oneLine = (err: unknown) => {
   return (err as Error).message === 'fetch failed' && cause?.message ? cause.message : (err as Error).message;
 };
 
-/** The commands this script translates; any other goes to gpu wallet as it is. */
-const TRANSLATED = ['open', 'deposit', 'balance', 'claim', 'new', 'fund'];
+/** The commands this script translates, with the options each takes (beside who and where); any other goes to gpu. */
+const USES: Record<string, string[]> = {
+  open: ['keypair', 'test-wallet'],
+  deposit: ['keypair', 'test-wallet', 'amount', 'wallet', 'signature', 'address', 'rpc'],
+  balance: ['keypair', 'test-wallet', 'wallet', 'address'],
+  claim: ['keypair', 'test-wallet', 'amount', 'wallet', 'signature', 'address'],
+  new: ['keypair'],
+  fund: ['keypair', 'test-wallet', 'address', 'amount', 'rpc'],
+};
+const TRANSLATED = Object.keys(USES);
 const command = process.argv[2];
 if (!command) usageError('which command? open, deposit, balance, claim, list, use, history, withdraw, new or fund');
 
 let values: ReturnType<typeof parseCommandLine>['values'];
 let positionals: string[];
+/** The arguments of a command passed to gpu as it is (without --email and --password, which are this script's). */
+let passed: string[] = [];
 function parseCommandLine() {
   return parseArgs({
     args: process.argv.slice(3),
@@ -113,12 +123,36 @@ if (TRANSLATED.includes(command)) {
   if (positionals.length > (['deposit', 'balance', 'claim'].includes(command) ? 1 : 0)) {
     usageError(`unexpected ${positionals.join(' ')}`);
   }
+  // An option the command does not use is a mistake, never dropped (a deposit --address credited another wallet).
+  const unused = Object.keys(values).filter(
+    (name) => !['email', 'password', 'url'].includes(name) && values[name as keyof typeof values] !== undefined,
+  );
+  for (const name of unused) if (!USES[command]!.includes(name)) usageError(`${command} takes no --${name}`);
   if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
   if (positionals[0] && values.wallet) usageError('a wallet ID or --wallet, not both');
+  const which = [positionals[0] ?? values.wallet, values.keypair ?? values['test-wallet'], values.address];
+  if (command !== 'fund' && which.filter(Boolean).length > 1) {
+    usageError('one wallet: an ID (or --wallet), --keypair (or --test-wallet), or --address');
+  }
 } else {
-  // Passed to gpu as given (its own --url among them); who and where from the environment.
-  values = { email: process.env.GPU_EMAIL, password: process.env.GPU_PASSWORD, url: process.env.GATEWAY_URL };
+  // Passed to gpu as given (its own --url among them); who from --email/--password (taken out) or the environment.
+  passed = process.argv.slice(2);
+  values = {
+    email: takeOption(passed, 'email') ?? process.env.GPU_EMAIL,
+    password: takeOption(passed, 'password') ?? process.env.GPU_PASSWORD,
+    url: process.env.GATEWAY_URL,
+  };
   positionals = [];
+}
+
+/** Takes `--name VALUE` (or `--name=VALUE`) out of `args`: its value, or undefined. */
+function takeOption(args: string[], name: string): string | undefined {
+  const at = args.findIndex((a) => a === `--${name}` || a.startsWith(`--${name}=`));
+  if (at < 0) return undefined;
+  const [flag] = args.splice(at, 1);
+  if (flag!.includes('=')) return flag!.slice(name.length + 3);
+  if (at >= args.length) usageError(`--${name} needs a value`);
+  return args.splice(at, 1)[0];
 }
 
 /** The keypair file: --keypair, or the file of the local chain's test wallet --test-wallet names. */
@@ -200,24 +234,31 @@ function gpuWalletArgs(): string[] {
       if (!file) usageError('open needs --keypair FILE (or --test-wallet NAME)');
       return ['open', '--keypair', file];
     case 'deposit':
-      if (values.signature) return ['deposit', ...ids, '--signature', values.signature, ...amount];
+      if (values.signature) {
+        if (file) usageError('a deposit by --signature names its wallet by ID or --address, not --keypair');
+        const to = values.address ? ['--address', values.address] : ids;
+        return ['deposit', ...to, '--signature', values.signature, ...amount];
+      }
+      if (values.address) usageError('deposit --address goes with --signature (a transfer made elsewhere)');
       if (!file || !values.amount)
         usageError('deposit needs --keypair FILE (or --test-wallet NAME) and --amount TOKENS');
       return ['deposit', ...ids, '--keypair', file, ...amount, ...rpc];
     case 'claim': {
       if (!values.signature) usageError('claim needs --signature SIG (and --wallet ID or --keypair FILE)');
-      const which = file && !id ? ['--address', addressOf(file)] : ids;
-      return ['deposit', ...which, '--signature', values.signature, ...amount];
+      const address = values.address ?? (file ? addressOf(file) : undefined);
+      return ['deposit', ...(address ? ['--address', address] : ids), '--signature', values.signature, ...amount];
     }
-    default:
-      return ['balance', ...(file && !id ? ['--address', addressOf(file)] : ids)];
+    default: {
+      const address = values.address ?? (file ? addressOf(file) : undefined);
+      return ['balance', ...(address ? ['--address', address] : ids)];
+    }
   }
 }
 
 try {
   if (command === 'new') newKeypair(values.keypair);
   if (command === 'fund') await fundAddress();
-  const args = TRANSLATED.includes(command) ? gpuWalletArgs() : process.argv.slice(2);
+  const args = TRANSLATED.includes(command) ? gpuWalletArgs() : passed;
   await runGpu(['wallet', ...args]);
 } catch (err) {
   if (err instanceof SettingError) fail(err.message);

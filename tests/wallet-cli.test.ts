@@ -10,7 +10,9 @@
  * of no wallet of the user's, against the real services, in tools/cli/test/accounts.test.ts.)
  */
 import { execFile } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -91,6 +93,65 @@ describe('pnpm wallet', () => {
     expect(flag.stderr).toBe(`gpu: cannot reach the platform at ${gateway} (given with --url): ECONNREFUSED\n`);
     const env = await wallet(['balance', '--wallet', 'w'], { GPU_TOKEN: 'x', GATEWAY_URL: gateway });
     expect(env.stderr).toBe(flag.stderr);
+  });
+
+  it('passes each option on to the command that takes it, and refuses one the command does not use', async () => {
+    // A gateway that records what it is asked: a user with no wallet, and 404 to anything else.
+    const asked: string[] = [];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => {
+        body += d;
+      });
+      req.on('end', () => {
+        asked.push(`${req.method} ${req.url} ${body}`);
+        // The user's wallets: none.
+        if (req.method === 'GET' && req.url?.startsWith('/api/v1/wallet?')) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end('[]');
+          return;
+        }
+        res.writeHead(404, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ type: 'about:blank', title: 'Not Found', status: 404, code: 'NOT_FOUND' }));
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const gateway = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const address = '9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin';
+    try {
+      const run = async (args: string[], env: Record<string, string> = { GPU_TOKEN: 'x' }) => {
+        asked.length = 0;
+        return { ...(await wallet(args, { GATEWAY_URL: gateway, ...env })), asked: [...asked] };
+      };
+      // The balance of the wallet at an address (not the default wallet's).
+      const balance = await run(['balance', '--address', address]);
+      expect(balance.code).toBe(1);
+      expect(balance.stderr).toContain(address);
+      // A transfer made elsewhere, claimed for the wallet at an address: that address is named.
+      const claim = await run(['deposit', '--signature', 'sig', '--address', address]);
+      expect(claim.code).toBe(1);
+      expect(claim.stderr).toContain(address);
+      // An option the command does not take, or two wallets named at once: a usage error, nothing asked.
+      for (const args of [
+        ['deposit', '--signature', 'sig', '--keypair', '/nonexistent.json'],
+        ['balance', '--amount', '5'],
+        ['balance', '--wallet', 'w', '--address', address],
+        ['open', '--keypair', 'k.json', '--address', address],
+      ]) {
+        const refused = await run(args);
+        expect(refused.code, args.join(' ')).toBe(2);
+        oneLine(refused.stderr);
+        expect(refused.asked, args.join(' ')).toEqual([]);
+      }
+      // A command passed to gpu as it is signs in with --email/--password for it alone.
+      const list = await run(['list', '--email', 'someone@example.com', '--password', 'secret-pass'], {});
+      expect(list.code).toBe(1);
+      expect(list.stderr).not.toContain('unknown option');
+      expect(list.asked.join('\n')).toMatch(/POST \/api\/v1\/auth\/login .*someone@example\.com/);
+    } finally {
+      server.close();
+    }
   });
 
   it('writes a new keypair (mode 0600) with new, and never replaces one', async () => {

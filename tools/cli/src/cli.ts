@@ -80,10 +80,14 @@ export function printJson(data: unknown) {
 }
 
 /** A whole number option, or a usage error naming it. */
-export function count(name: string) {
+export function count(name: string, max = Number.MAX_SAFE_INTEGER) {
   return (value: string) => {
     const n = Number(value);
-    if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} takes a whole number of at least 1`);
+    if (!Number.isInteger(n) || n < 1 || n > max) {
+      throw new InvalidArgumentError(
+        `${name} takes a whole number of at least 1${max < Number.MAX_SAFE_INTEGER ? ` and at most ${max}` : ''}`,
+      );
+    }
     return n;
   };
 }

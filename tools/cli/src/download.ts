@@ -9,7 +9,7 @@
  * download started from; an object that changes under it starts over (once).
  */
 import { createHash } from 'node:crypto';
-import { type FileHandle, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { ApiError, type ObjectRef } from '@gpu/client';
 import type { Context } from './cli.ts';
@@ -112,6 +112,12 @@ async function downloadVersion(
   version: ObjectVersion,
 ): Promise<void> {
   const temp = temporaryFile(file, ref, version);
+  // Its folders made as needed, as `aws s3 cp` makes them (a file where one should be: the open below says so).
+  await locally('write', file, () =>
+    mkdir(path.dirname(file), { recursive: true }).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EEXIST') throw err;
+    }),
+  );
   await removeStale(file, temp);
   const handle = await locally('write', file, () => open(temp, 'a'));
   let kept = 0;

@@ -29,6 +29,19 @@ export function remoteKey(arg: string): string | undefined {
   return key;
 }
 
+/**
+ * The key of a command that names remote objects only (`rm`, `presign`), where `gpu:` may be left out: a bare path is
+ * the key as written. An empty one is a usage error (`rm -r "$UNSET"` would be every object of yours: that is `gpu:`,
+ * written out), as is a leading `/`, as for `gpu:` paths.
+ */
+export function namedKey(arg: string): string {
+  const remote = remoteKey(arg);
+  if (remote !== undefined) return remote;
+  if (arg === '') throw new UsageError(`an empty path names no object (all of yours is ${REMOTE}, written out)`);
+  if (arg.startsWith('/')) return remoteKey(`${REMOTE}${arg}`)!;
+  return arg;
+}
+
 /** Whether a key names a remote folder: empty (all of yours) or ending in `/`. */
 export const isPrefix = (key: string): boolean => key === '' || key.endsWith('/');
 

@@ -461,6 +461,8 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(two).toEqual(all.slice(0, 2));
     // Page after page (two a page here): the same list.
     expect(answer(await renter.gpu(['wallet', 'history', walletId, '--page-size', '2', '--json']))).toEqual(all);
+    // Past what one request may ask for: a usage error here, not the service's refusal.
+    expect((await renter.gpu(['wallet', 'history', walletId, '--page-size', '1001'])).code).toBe(2);
     const payments = answer(await renter.gpu(['wallet', 'history', walletId, '--type', 'payment', '--json']));
     expect(payments).toEqual(all.filter((t: { type: string }) => t.type === 'payment'));
     expect((await renter.gpu(['wallet', 'history', walletId])).stdout).toContain('payment');
@@ -615,7 +617,10 @@ describe('gpu against a platform whose machine runs workloads', () => {
     expect(shown.stdout).toContain('3.5');
     expect(shown.stdout).toContain('none (takes no bids)');
     refused(await renter.gpu(['rates', 'set', machineId, '--base', 'H100=1']), 'ROLE_REQUIRED');
-    expect((await provider.gpu(['rates', 'set', machineId, '--base', 'H100'])).code).toBe(2);
+    // A pair without its model (a bare rate) is a usage error, never a rate for a model named by its digits.
+    for (const pair of ['H100', '2.5', '25', '=2.5']) {
+      expect((await provider.gpu(['rates', 'set', machineId, '--base', pair])).code, pair).toBe(2);
+    }
 
     // Bids: none taken until the owner sets a floor; then a bid under it is refused, one at it rents at the bid.
     refused(await renter.gpu(['rent', ...rental(), '--bid', '1']), 'BIDS_NOT_ACCEPTED');

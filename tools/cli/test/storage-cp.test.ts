@@ -654,7 +654,13 @@ describe('gpu storage cp and rm', () => {
       code: 0,
       stdout: 'deleted gpu:bin/trash/one.txt\n',
     });
-    // The gpu: may be left out, as before.
+    // The gpu: may be left out, as before; but an empty path (an unset variable) is no path, and one starting with /
+    // no key, both refused before anything is asked: every object of yours is gpu:, written out.
+    for (const path of ['', '/bin/trash/two.txt']) {
+      const refused = await gpu(['storage', 'rm', '-r', path]);
+      expect(refused.code, path).toBe(2);
+    }
+    expect(await keysUnder('bin')).toHaveLength(4);
     expect((await gpu(['storage', 'rm', 'bin/trash/two.txt'])).code).toBe(0);
     expect(answer(await gpu(['storage', 'rm', '-r', 'gpu:bin/', '--json']))).toEqual({
       deleted: ['bin/trash/inner/four.txt', 'bin/trash/three.txt'],
@@ -691,11 +697,10 @@ describe('gpu storage cp and rm', () => {
       code: 1,
       stderr: `gpu: cannot write ${under}: not a directory\n`,
     });
-    const notThere = join(here, 'no-such-folder', 'x.txt');
-    expect(await gpu(['storage', 'cp', 'gpu:failures/plain.txt', notThere])).toMatchObject({
-      code: 1,
-      stderr: `gpu: cannot write ${notThere}: no such file or directory\n`,
-    });
+    // Folders not there yet are made, as aws s3 cp makes them.
+    const notThere = join(here, 'no-such-folder', 'deeper', 'x.txt');
+    expect((await gpu(['storage', 'cp', 'gpu:failures/plain.txt', notThere])).code).toBe(0);
+    expect(readFileSync(notThere, 'utf8')).toBe('plain\n');
 
     expect(await gpu(['storage', 'cp', 'gpu:failures/gone.txt', here])).toMatchObject({
       code: 1,

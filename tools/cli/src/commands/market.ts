@@ -143,7 +143,7 @@ export function marketCommands(program: Command) {
           'round: -reliability is the most reliable first',
       ).choices(SORTS),
     )
-    .option('--limit <n>', 'at most this many (1-1000)', count('--limit'), 20)
+    .option('--limit <n>', 'at most this many (1-1000)', count('--limit', 1000), 20)
     .action(async (opts: OfferOptions) => {
       const ctx = context(program);
       const query = {

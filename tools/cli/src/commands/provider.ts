@@ -68,7 +68,7 @@ function rateKey(model: string): string {
 function basePairs(pairs: string[]): [string, string][] {
   return pairs.map((pair) => {
     const at = pair.lastIndexOf('=');
-    const model = pair.slice(0, at).trim();
+    const model = at > 0 ? pair.slice(0, at).trim() : '';
     const rate = pair.slice(at + 1);
     if (!model || !(DECIMAL.test(rate) || rate === 'none')) {
       throw new UsageError(`--base takes MODEL=RATE (H100=2.5, or H100=none for the platform's), not ${pair}`);

@@ -15,7 +15,16 @@ import { bytes, time, tokens, tokensIfAny } from '../format.ts';
 import { localError, locally } from '../local-errors.ts';
 import { everyPage, pageRequest } from '../paging.ts';
 import { copyDown } from '../storage-download.ts';
-import { asPrefix, isPrefix, nothingUnder, objectNotFound, refOf, remoteKey, shown } from '../storage-paths.ts';
+import {
+  asPrefix,
+  isPrefix,
+  namedKey,
+  nothingUnder,
+  objectNotFound,
+  refOf,
+  remoteKey,
+  shown,
+} from '../storage-paths.ts';
 import { copyWithin } from '../storage-remote-copy.ts';
 import { type CopySource, copyUp } from '../storage-upload.ts';
 
@@ -88,7 +97,7 @@ export function storageCommands(program: Command) {
     .action(
       action(async (at: string, opts: { put?: boolean; expiresIn?: string; bucket?: string }) => {
         const ctx = context(program);
-        const key = remoteKey(at) ?? at;
+        const key = namedKey(at);
         if (isPrefix(key)) throw new UsageError(`${shown(key)} is a folder: name an object`);
         const ref = refOf(key, opts.bucket);
         // A URL to download an object that is not there would only answer 404 later: said now.
@@ -112,7 +121,7 @@ export function storageCommands(program: Command) {
     .action(
       action(async (at: string, opts: { bucket?: string; recursive?: boolean }) => {
         const ctx = context(program);
-        const key = remoteKey(at) ?? at;
+        const key = namedKey(at);
         const deleted = opts.recursive ? await removeAll(ctx, key, opts.bucket) : [await removeOne(ctx, key, opts)];
         if (ctx.json) printJson({ deleted });
         else process.stdout.write(deleted.map((k) => `deleted ${shown(k)}\n`).join(''));
@@ -133,7 +142,7 @@ export function storageCommands(program: Command) {
     .option('--to <date>', 'periods starting before this', moment('--to'))
     .option('--user <user-id>', "for admins: this user's charges (default: yours; an admin's: everyone's)")
     .option('--limit <n>', 'at most this many', count('--limit'))
-    .option('--page-size <n>', 'how many one request asks for (1-1000)', count('--page-size'), 1000)
+    .option('--page-size <n>', 'how many one request asks for (1-1000)', count('--page-size', 1000), 1000)
     .action(async (opts: { from?: string; to?: string; user?: string; limit?: number; pageSize: number }) => {
       const ctx = context(program);
       const charges = await everyPage(

@@ -146,7 +146,7 @@ export function walletCommands(program: Command) {
     .argument(WALLET_ARG, WALLET_ARG_HELP)
     .description("the wallet's transactions (its ledger), newest first: every page, or the first --limit")
     .option('--limit <n>', 'at most this many', count('--limit'))
-    .option('--page-size <n>', 'how many one request asks for (1-1000)', count('--page-size'), 1000)
+    .option('--page-size <n>', 'how many one request asks for (1-1000)', count('--page-size', 1000), 1000)
     .option('--type <type>', `only this type (repeatable): ${TRANSACTION_TYPES.join(', ')}`, oneOf(TRANSACTION_TYPES))
     .option(
       '--status <status>',
