@@ -8,8 +8,11 @@
  * the heartbeat, and the daemon asks for one only where it needs it (daemon.ts, `answer_every`). A request NATS
  * cannot deliver (no registry instance listening, the connection down) comes back undefined, and the daemon sends that
  * heartbeat over HTTP (logged as a warning the first time and every 100th, so a wrong subject shows); so does a
- * publication the connection cannot take. A request that reached a registry but got no answer in time throws: the
- * daemon backs off and beats again, rather than sending it twice to a registry that is behind.
+ * publication the connection cannot take. While the connection is lost (`live` false: the client reconnecting) nothing
+ * is handed to NATS, whose client would hold a publication in its buffer and a request until its timeout: the
+ * heartbeat goes over HTTP at once, and so does one whose request timed out as the connection went. A request that
+ * reached a registry but got no answer in time throws: the daemon backs off and beats again, rather than sending it
+ * twice to a registry that is behind.
  */
 import type { TokenSource } from '@gpu/client';
 import type { Logger } from '@gpu/common';
@@ -36,15 +39,28 @@ export function natsHeartbeats(opts: {
   /** The daemon's own NATS user's owner and client: subjects name them, and no token goes with a heartbeat. */
   identity?: { owner: string; client: string };
   timeoutMs: number;
+  /** Whether the connection is up now (the publisher's `connected`); absent: taken as up. */
+  live?: () => boolean;
   logger: Logger;
 }): HeartbeatChannel {
   let fallbacks = 0;
+  const live = opts.live ?? (() => true);
+  const overHttp = (why: string) => {
+    if (fallbacks++ % 100 === 0) {
+      opts.logger.warn(
+        { err: why, subject: opts.subject, times: fallbacks },
+        'heartbeat over NATS not delivered; sending it over HTTP',
+      );
+    }
+    return undefined;
+  };
   const prefix = opts.identity ? `${opts.subject}.${opts.identity.owner}.${opts.identity.client}` : opts.subject;
   return {
     async send(providerId, body, answer) {
       const h = opts.identity ? undefined : headers();
       h?.set('Authorization', `Bearer ${await opts.token.get()}`);
       const subject = `${prefix}.${providerId}`;
+      if (!live()) return overHttp('the NATS connection is lost (reconnecting)');
       try {
         if (!answer) {
           opts.connection.publish(subject, JSON.stringify(body), h ? { headers: h } : {});
@@ -56,16 +72,11 @@ export function natsHeartbeats(opts: {
         });
         return answered.json<HeartbeatAnswer>();
       } catch (err) {
-        if (err instanceof TimeoutError || (err as Error).cause instanceof TimeoutError) {
+        const timedOut = err instanceof TimeoutError || (err as Error).cause instanceof TimeoutError;
+        if (timedOut && live()) {
           throw new Error(`the registry did not answer the heartbeat over NATS within ${opts.timeoutMs} ms`);
         }
-        if (fallbacks++ % 100 === 0) {
-          opts.logger.warn(
-            { err: (err as Error).message, subject: opts.subject, times: fallbacks },
-            'heartbeat over NATS not delivered; sending it over HTTP',
-          );
-        }
-        return undefined;
+        return overHttp((err as Error).message);
       }
     },
   };

@@ -10,6 +10,7 @@ import {
   createLogger,
   durationMs,
   NatsPublisher,
+  NoopPublisher,
   startOrExit,
   startTracing,
   tuneGcForStreams,
@@ -60,7 +61,7 @@ startOrExit(async () => {
         })
       : undefined;
   // Usage over NATS when configured (JetStream with a token; with a NATS user of its own, requests billing answers),
-  // else over HTTP.
+  // else over HTTP. NATS out of reach at the start (30 s of tries) leaves HTTP alone: the machine keeps beating.
   const publisher = await connectPublisher({
     url: config.nats_url,
     credentials: config.nats_credentials,
@@ -70,12 +71,16 @@ startOrExit(async () => {
     // An issued user may not manage streams: billing makes its usage stream.
     ensureStream: !identity,
     logger,
+  }).catch((err: Error) => {
+    logger.error({ err: err.message }, 'NATS is out of reach: heartbeats and usage go over HTTP until a restart');
+    return new NoopPublisher();
   });
+  const natsLive = () => publisher instanceof NatsPublisher && publisher.connected;
   const natsIdentity =
     identity && publisher instanceof NatsPublisher
       ? { owner: identity.owner, client: identity.client, connection: publisher.connection }
       : undefined;
-  const usage = new UsageReporter({ config, logger, token, publisher, natsIdentity });
+  const usage = new UsageReporter({ config, logger, token, publisher, natsIdentity, natsLive });
   // Heartbeats over NATS too when configured (answered by a registry instance; over HTTP when none answers).
   const beats =
     publisher instanceof NatsPublisher
@@ -85,6 +90,7 @@ startOrExit(async () => {
           token,
           identity: natsIdentity,
           timeoutMs: durationMs(config.request_timeout),
+          live: natsLive,
           logger,
         })
       : undefined;

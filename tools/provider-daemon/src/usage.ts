@@ -85,6 +85,11 @@ export interface UsageReporterDeps {
    * subjects that name them, with no token.
    */
   natsIdentity?: { owner: string; client: string; connection: Pick<NatsConnection, 'request'> };
+  /**
+   * Whether the NATS connection is up now (the publisher's `connected`); absent: taken as up. While it is lost every
+   * report goes over HTTP at once, not after a request's timeout.
+   */
+  natsLive?: () => boolean;
 }
 
 /** Billing's answer to a usage request: one result per report, in order, or the request's problem. */
@@ -132,7 +137,10 @@ export class UsageReporter {
     if (reports.length === 0) return 0;
     const overHttp: UsageReport[] = [];
     const identity = this.deps.natsIdentity;
-    if (identity) {
+    const live = this.deps.natsLive?.() ?? true;
+    if (!live) {
+      overHttp.push(...reports);
+    } else if (identity) {
       overHttp.push(...(await this.request(identity, providerId, reports)));
     } else if (this.deps.publisher.enabled) {
       const auth = { Authorization: `Bearer ${await this.deps.token.get()}` };

@@ -8,11 +8,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { createLogger } from '@gpu/common';
+import { connectPublisher, createLogger, type NatsPublisher } from '@gpu/common';
 import { freePort, testEnv } from '@gpu/common/testing';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { decodeJwt } from 'jose';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DedicatedNats } from '../../../services/provider-registry/test/dedicated-nats.ts';
 import { providerBody } from '../../../services/provider-registry/test/helpers.ts';
 import { useAuthAndRegistry } from '../../../tests/support/auth-and-registry.ts';
 import { type DaemonConfig, daemonConfigSchema, loadDaemonConfig } from '../src/config.ts';
@@ -303,6 +304,42 @@ describe('provider daemon', () => {
       // The first asks (nothing answered yet, and its metrics are all new), then one in three; the fifth has metrics.
       expect(asked).toEqual([true, false, false, true, true, false, false]);
       watch.unsubscribe();
+    });
+
+    it('beats over HTTP at once while the NATS connection is lost, asked or published, and closes without it', async () => {
+      const nats = new DedicatedNats(await freePort());
+      await nats.start();
+      const publisher = (await connectPublisher({ url: nats.url, logger })) as NatsPublisher;
+      try {
+        const { token } = await provider();
+        const c = config({ heartbeat_answer_every: 3 });
+        const beats = natsHeartbeats({
+          connection: publisher.connection,
+          subject: platform.registry.config.messaging.subjects.heartbeats,
+          token,
+          timeoutMs: 10_000,
+          live: () => publisher.connected,
+          logger,
+        });
+        const daemon = new ProviderDaemon({ config: c, logger, gpus: gpuSource(c.gpu), token, beats });
+        const id = await daemon.attach();
+        await nats.stop();
+        await expect.poll(() => publisher.connected, { timeout: 20_000 }).toBe(false);
+        // Three beats: the one that would ask and the two that would only publish each reach the registry over HTTP,
+        // none waiting for the request's 10 s.
+        for (let beat = 0; beat < 3; beat++) {
+          const before = Date.parse((await record(id)).body.last_seen_at);
+          await new Promise((r) => setTimeout(r, 5));
+          const started = Date.now();
+          await daemon.heartbeat();
+          expect(Date.now() - started).toBeLessThan(5_000);
+          expect(Date.parse((await record(id)).body.last_seen_at), `beat ${beat}`).toBeGreaterThan(before);
+        }
+        await expect(publisher.close()).resolves.toBeUndefined();
+      } finally {
+        await publisher.close();
+        await nats.destroy();
+      }
     });
 
     it('sends a heartbeat over HTTP when no registry takes it over NATS', async () => {

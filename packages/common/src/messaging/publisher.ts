@@ -136,9 +136,11 @@ export class NatsPublisher implements EventPublisher {
     });
   }
 
+  /** Drains the connection; while it is lost (nothing to drain to), closes it. Never rejects. */
   async close(): Promise<void> {
     if (this.connection.isClosed()) return;
-    await this.connection.drain();
+    if (this.live) await this.connection.drain().catch(() => {});
+    if (!this.connection.isClosed()) await this.connection.close().catch(() => {});
   }
 }
 
