@@ -3,8 +3,15 @@
  * named by `DAEMON_CONFIG_FILE`, then `DAEMON__SECTION__KEY` variables and the plain names below.
  */
 import os from 'node:os';
-import { loadConfig, zDuration, zInt } from '@gpu/common';
+import { durationMs, loadConfig, zDuration, zInt } from '@gpu/common';
 import { z } from 'zod';
+
+/**
+ * A duration of at least `min` (`0s` for an interval would beat as fast as the CPU goes; for a timeout it would turn
+ * every HTTP timeout off and give a stop no time to take the machine off the market).
+ */
+const zDurationAtLeast = (min: string) =>
+  zDuration().refine((s) => durationMs(s) >= durationMs(min), { message: `at least ${min}` });
 
 /** A GPU of a simulated machine: what nvidia-smi would report for it. An explicit configuration, never a fallback. */
 const simulatedGpu = z.object({
@@ -79,7 +86,7 @@ export const daemonConfigSchema = z
       })
       .prefault({}),
     /** Set it to the registry's `heartbeat_interval` (30 s by default); the registry marks a machine offline after 3. */
-    heartbeat_interval: zDuration().default('30s'),
+    heartbeat_interval: zDurationAtLeast('100ms').default('30s'),
     /**
      * Over NATS, how often a heartbeat asks the registry for an answer: one in this many (and every one that carries
      * metrics, whose loss would leave the registry behind); the rest are published, applied and answered by nobody.
@@ -101,7 +108,7 @@ export const daemonConfigSchema = z
         /** Where each session's work and log directories are made (the daemon's own; 0711). */
         run_dir: z.string().default('.data/provider-daemon/workloads'),
         /** How often the daemon asks billing for new and ended sessions (how soon a workload starts and stops). */
-        poll_interval: zDuration().default('1s'),
+        poll_interval: zDurationAtLeast('100ms').default('1s'),
         /**
          * With `nats_url`: billing nudges `<dispatch_subject>.<owner ID>.<provider ID>` when a workload session of the
          * machine starts or ends, and the daemon polls at once (billing's `messaging.subjects.events` + `.machine`).
@@ -135,7 +142,7 @@ export const daemonConfigSchema = z
          * How long pulling a workload's image may take (while it is `preparing`, unbilled): below billing's
          * `workload_start_timeout` (5 minutes), past which the session ends anyway.
          */
-        image_pull_timeout: zDuration().default('4m'),
+        image_pull_timeout: zDurationAtLeast('1s').default('4m'),
         /** A daemon running as root runs each workload as a user of its own: `uid_base` + its slot. */
         uid_base: zInt(1000, 2 ** 31 - 65_536).default(200_000),
         processes: zInt(16, 1_000_000).default(4096),
@@ -153,13 +160,13 @@ export const daemonConfigSchema = z
         /** Each of a workload's standard output and error kept, at most; the rest is cut (and counted). */
         log_kb: zInt(1, 1_048_576).default(10_240),
         /** How often a running workload's logs are uploaded to its renter's storage while they grow. */
-        log_interval: zDuration().default('2s'),
+        log_interval: zDurationAtLeast('100ms').default('2s'),
       })
       .prefault({}),
     /** Time limit of one request to a service. */
-    request_timeout: zDuration().default('10s'),
+    request_timeout: zDurationAtLeast('100ms').default('10s'),
     /** Longest wait between attempts while a service cannot be reached. */
-    max_backoff: zDuration().default('60s'),
+    max_backoff: zDurationAtLeast('1s').default('60s'),
   })
   .superRefine((c, ctx) => {
     if (c.gpu.source === 'simulated' && c.gpu.simulated_gpus.length === 0) {

@@ -186,6 +186,7 @@ describe('container mode', () => {
     // A container's own variables are one line each (the schema refuses others); a quote starts a value as any other.
     const env = { QUOTED: '"q"', PLAIN: 'a b' };
     const show =
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: the shell's own expansion
       'printf "%s|%s|%s|%s|%s\\n" "$QUOTED" "$PLAIN" "$MULTI" "${INJECTED:-none}" "${XDG_RUNTIME_DIR:-none}"';
     const w = await run({ command: ['/bin/busybox', 'sh', '-c', `${show}; exec sleep 60`], env });
     await w.container.ready;

@@ -215,6 +215,22 @@ describe('provider daemon', () => {
     });
   });
 
+  it('refuses intervals and timeouts of nothing (0s would beat as fast as the CPU goes, or turn timeouts off)', () => {
+    for (const over of [
+      { heartbeat_interval: '0s' },
+      { request_timeout: '0s' },
+      { max_backoff: '500ms' },
+      { workloads: { poll_interval: '0s' } },
+      { workloads: { log_interval: '50ms' } },
+      { workloads: { image_pull_timeout: '0s' } },
+    ]) {
+      expect(() => config(over), JSON.stringify(over)).toThrow(/at least/);
+    }
+    expect(
+      config({ heartbeat_interval: '100ms', request_timeout: '100ms', max_backoff: '1s' }).heartbeat_interval,
+    ).toBe('100ms');
+  });
+
   it('refuses a simulated machine without GPUs, and credentials that are not a daemon’s', async () => {
     expect(() => daemonConfigSchema.parse({ gpu: { source: 'simulated' } })).toThrow(/simulated machine needs/);
     const notDaemon = await platform.machineClient('service');
