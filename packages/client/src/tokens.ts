@@ -47,12 +47,29 @@ function renewing(issue: () => Promise<{ token: string; expiresIn: number }>, ea
   };
 }
 
+/** Without a stated lifetime, a token is asked for again after this long (rather than at every request). */
+const UNSTATED_LIFETIME_S = 60;
+
+/** The token of a token endpoint's answer, and its lifetime; throws for an answer without one. */
+function tokenOf(url: string, body: Record<string, unknown>): { token: string; expiresIn: number } {
+  if (typeof body.access_token !== 'string' || !body.access_token) {
+    throw new Error(`${url} answered no access_token`);
+  }
+  const expiresIn = Number(body.expires_in);
+  return {
+    token: body.access_token,
+    expiresIn: Number.isFinite(expiresIn) && expiresIn > 0 ? expiresIn : UNSTATED_LIFETIME_S,
+  };
+}
+
 async function postJson(fetchFn: typeof fetch, url: string, body: unknown): Promise<Record<string, unknown>> {
   const res = await fetchFn(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'application/json' },
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(10_000),
+    // A secret or a password is never sent on to wherever a redirect points (fetch would POST the body again).
+    redirect: 'error',
   });
   const answer: unknown = await res.json().catch(() => ({}));
   const json = (typeof answer === 'object' && answer !== null ? answer : {}) as Record<string, unknown>;
@@ -80,7 +97,7 @@ export function clientCredentials(opts: ClientCredentialsOptions): TokenSource {
       client_id: opts.clientId,
       client_secret: opts.clientSecret,
     });
-    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+    return tokenOf(url, body);
   }, opts.renewEarlySeconds ?? 30);
 }
 
@@ -146,7 +163,7 @@ export function userLogin(opts: UserLoginOptions): TokenSource {
   let refreshToken: string | undefined;
   const take = (body: Record<string, unknown>) => {
     refreshToken = String(body.refresh_token);
-    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+    return tokenOf(base, body);
   };
   return renewing(async () => {
     if (refreshToken) {
@@ -178,6 +195,6 @@ export function apiKeyToken(opts: ApiKeyTokenOptions): TokenSource {
   const url = `${opts.authUrl.replace(/\/$/, '')}/api/v1/auth/token`;
   return renewing(async () => {
     const body = await postJson(fetchFn, url, { grant_type: 'api_key', api_key: opts.apiKey });
-    return { token: String(body.access_token), expiresIn: Number(body.expires_in) };
+    return tokenOf(url, body);
   }, opts.renewEarlySeconds ?? 30);
 }
