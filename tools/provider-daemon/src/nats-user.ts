@@ -27,6 +27,11 @@ const RETRY_MS = 10_000;
 const RENEW_AT = 2 / 3;
 /** The least wait before asking again (a clock far off must not make the daemon ask in a tight loop). */
 const MIN_RENEW_MS = 1_000;
+/**
+ * The longest wait before a renewal: a day, and within setTimeout's range (past 2^31-1 ms it fires at once: an expiry
+ * 60 days ahead, a clock far behind, asked auth in a loop).
+ */
+const MAX_RENEW_MS = 24 * 60 * 60_000;
 
 /** Whom the user's subjects name, and how a connection authenticates as it. */
 export interface NatsIdentity {
@@ -84,7 +89,9 @@ export async function issuedNatsIdentity(opts: {
   let stopped = false;
   const renewIn = (ms: number) => {
     if (stopped) return;
-    timer = setTimeout(renew, Math.max(MIN_RENEW_MS, ms));
+    // An expiry that is no date (NaN) is renewed after the retry wait, not at once.
+    const wait = Number.isFinite(ms) ? Math.min(MAX_RENEW_MS, Math.max(MIN_RENEW_MS, ms)) : RETRY_MS;
+    timer = setTimeout(renew, wait);
     timer.unref();
   };
   const renew = async () => {

@@ -228,6 +228,34 @@ describe('a daemon with a NATS user of its own', () => {
     expect(heard.filter((m) => m.subject.includes(own) && m.at >= since)).toEqual([]);
   });
 
+  it('renews a user whose expiry is far off, or no date at all, after a wait: never in a loop', async () => {
+    // An auth that issues users expiring 60 days on (past setTimeout's range), then one whose expiry is no date.
+    let expiresAt = new Date(Date.now() + 60 * 86_400_000).toISOString();
+    let asked = 0;
+    const server = createServer((req, res) => {
+      req.resume();
+      asked++;
+      res
+        .writeHead(201, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ jwt: 'x.y.z', owner_id: randomUUID(), client_id: randomUUID(), expires_at: expiresAt }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const authUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const identities = [];
+    try {
+      for (const expiry of [expiresAt, 'not-a-date']) {
+        expiresAt = expiry;
+        asked = 0;
+        identities.push(await issuedNatsIdentity({ authUrl, token: staticToken('t'), timeoutMs: 5000, logger }));
+        await new Promise((r) => setTimeout(r, 2000));
+        expect(asked, expiry).toBe(1);
+      }
+    } finally {
+      for (const identity of identities) identity?.stop();
+      server.close();
+    }
+  });
+
   it('connects as before where auth issues no NATS users (404, an older auth too), and stops where auth refuses it', async () => {
     // The real auth of this file issues users; an auth that answers as one that does not, or as an older one.
     const answers: Record<string, [number, object]> = {
