@@ -98,6 +98,9 @@ interface UsageRequestAnswer {
   problem?: { status: number; code: string; detail: string };
 }
 
+/** The most pages of running sessions the daemon reads (a machine's sessions fill one). */
+const MAX_SESSION_PAGES = 10;
+
 export class UsageReporter {
   private readonly billing;
   /** The trace of each session billing listed (the workload runner's reports continue it too). */
@@ -111,11 +114,21 @@ export class UsageReporter {
     });
   }
 
-  /** The running sessions on the machine, every page. */
+  /**
+   * The running sessions on the machine, every page; throws for a list that does not end (a cursor given twice, or
+   * more pages than a machine's sessions fill: each holds a GPU of its 64 at most), which would hold the heartbeat.
+   */
   async runningSessions(providerId: string): Promise<RunningSession[]> {
     const sessions: RunningSession[] = [];
+    const cursors = new Set<string>();
     let cursor: string | undefined;
     do {
+      if (cursor !== undefined) {
+        if (cursors.has(cursor) || cursors.size >= MAX_SESSION_PAGES) {
+          throw new Error(`billing's list of the machine's running sessions does not end (${cursors.size} pages)`);
+        }
+        cursors.add(cursor);
+      }
       const result = await this.billing.GET('/api/v1/billing/sessions', {
         params: {
           query: { provider_id: providerId, status: ['running'], limit: PAGE_LIMIT.max, ...(cursor ? { cursor } : {}) },

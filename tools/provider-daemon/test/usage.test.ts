@@ -12,7 +12,7 @@ import { createServer, type IncomingHttpHeaders, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TokenSource } from '@gpu/client';
+import { staticToken, type TokenSource } from '@gpu/client';
 import {
   connectPublisher,
   createLogger,
@@ -144,6 +144,24 @@ describe('provider daemon usage reports', () => {
     expect((await records(sessionId)).length).toBe(3);
     const other = await daemonOnMachine();
     expect(await other.usage.runningSessions(providerId)).toEqual([]);
+  });
+
+  it('gives up on a list of sessions that never ends (a cursor given again and again), rather than hold the heartbeat', async () => {
+    let pages = 0;
+    const endless = createServer((req, res) => {
+      req.resume();
+      pages++;
+      res.writeHead(200, { 'content-type': 'application/json', 'x-next-cursor': `page-${pages % 3}` }).end('[]');
+    });
+    await new Promise<void>((resolve) => endless.listen(0, '127.0.0.1', resolve));
+    try {
+      const c = config({ billing_url: `http://127.0.0.1:${(endless.address() as AddressInfo).port}` });
+      const usage = new UsageReporter({ config: c, logger, token: staticToken('t'), publisher: new NoopPublisher() });
+      await expect(usage.runningSessions(randomUUID())).rejects.toThrow(/does not end/);
+      expect(pages).toBeLessThanOrEqual(11);
+    } finally {
+      endless.close();
+    }
   });
 
   it('reports each session of a shared machine from its own GPUs only', async () => {
