@@ -121,4 +121,14 @@ describe('running nvidia-smi', () => {
     );
     await expect(readNvidiaSmi(failing)).rejects.toThrow(/couldn't communicate with the NVIDIA driver/);
   });
+
+  it('fails at its timeout even when the program ignores SIGTERM and leaves a process holding its output', async () => {
+    // As one stuck in the driver: no answer, and its output never closes (a child of its own holds it).
+    const file = join(dir, 'stuck-smi');
+    writeFileSync(file, "#!/bin/sh\ntrap '' TERM\nsleep 30 &\nwait\n");
+    chmodSync(file, 0o755);
+    const started = Date.now();
+    await expect(readNvidiaSmi(file, 500)).rejects.toThrow(NvidiaSmiError);
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
 });

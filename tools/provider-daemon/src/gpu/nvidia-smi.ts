@@ -123,19 +123,36 @@ export function parseQueryGpu(text: string, fields: readonly string[] = QUERY_FI
   });
 }
 
-/** Runs nvidia-smi (`command`, default from PATH) and parses its readings. */
+/**
+ * Runs nvidia-smi (`command`, default from PATH) and parses its readings. Past `timeoutMs` it fails whatever the
+ * program does: it is sent SIGKILL and left behind (one stuck in the driver cannot be killed at all, and waiting for
+ * it to exit would hold the heartbeat and the daemon's stop).
+ */
 export async function readNvidiaSmi(command = 'nvidia-smi', timeoutMs = 10_000): Promise<GpuReading[]> {
   let stdout: string;
+  let timer: NodeJS.Timeout | undefined;
   try {
-    ({ stdout } = await promisify(execFile)(
+    const run = promisify(execFile)(
       command,
       [`--query-gpu=${QUERY_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
-      { timeout: timeoutMs, encoding: 'utf8' },
-    ));
+      { timeout: timeoutMs, killSignal: 'SIGKILL', encoding: 'utf8' },
+    );
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        run.child.kill('SIGKILL');
+        run.child.stdout?.destroy();
+        run.child.stderr?.destroy();
+        reject(new Error(`no answer within ${timeoutMs} ms`));
+      }, timeoutMs + 1000);
+    });
+    run.catch(() => {});
+    ({ stdout } = await Promise.race([run, late]));
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: string; stdout?: string };
     if (e.code === 'ENOENT') throw new NvidiaSmiError(`${command} not found: no NVIDIA driver on this machine?`);
     throw new NvidiaSmiError(`${command} failed: ${(e.stdout || e.stderr || e.message).trim()}`);
+  } finally {
+    clearTimeout(timer);
   }
   return parseQueryGpu(stdout);
 }
