@@ -8,6 +8,7 @@
  * the machine leaves the market at once (`leaveMarket`).
  */
 import { hostname as osHostname } from 'node:os';
+import { isDeepStrictEqual } from 'node:util';
 import { registryClient, type TokenSource, unwrap } from '@gpu/client';
 import { durationMs, type Logger } from '@gpu/common';
 import { decodeJwt } from 'jose';
@@ -94,7 +95,7 @@ export class ProviderDaemon {
     this.deps.logger.info({ provider_id: record.id, client_id: clientId }, 'machine bound to this daemon client');
   }
 
-  private async body(readings: GpuReading[]) {
+  private async body(readings: GpuReading[]): Promise<MachineBody> {
     const p = this.deps.config.provider;
     return {
       owner_id: await this.ownerId(),
@@ -123,8 +124,7 @@ export class ProviderDaemon {
       } else {
         const record = unwrap(current);
         await this.claim(record);
-        const stated = record.disk_mb ?? null;
-        if (gpusChanged(record.gpus, body.gpus) || record.name !== body.name || stated !== body.disk_mb) {
+        if (recordChanged(record, body)) {
           const updated = await this.registry.PUT('/providers/{providerID}', {
             params: { path: { providerID: id } },
             body: body as never,
@@ -325,5 +325,43 @@ function gpusChanged(registered: readonly SpecLike[], read: readonly SpecLike[])
   return registered.some(
     (g, i) =>
       g.model_name !== read[i]!.model_name || g.vram !== read[i]!.vram || g.driver_version !== read[i]!.driver_version,
+  );
+}
+
+/** What the daemon states of its machine (its registration and full update). */
+interface MachineBody {
+  owner_id: string;
+  name: string;
+  hostname: string;
+  ip_address?: string;
+  location?: string;
+  disk_mb: number;
+  metadata: Record<string, unknown>;
+  gpus: ReturnType<typeof gpuSpec>[];
+}
+
+/** Whether the record says other than the daemon would state now (its configuration or its GPUs changed). */
+function recordChanged(
+  record: {
+    name: string;
+    hostname?: string | null;
+    ip_address?: string | null;
+    location?: string | null;
+    disk_mb?: number | null;
+    metadata?: unknown;
+    gpus: Parameters<typeof gpusChanged>[0];
+  },
+  body: MachineBody,
+): boolean {
+  const same = (a: unknown, b: unknown) => isDeepStrictEqual(a ?? null, b ?? null);
+  return (
+    gpusChanged(record.gpus, body.gpus) ||
+    record.name !== body.name ||
+    !same(record.disk_mb, body.disk_mb) ||
+    !same(record.hostname, body.hostname) ||
+    !same(record.ip_address, body.ip_address) ||
+    !same(record.location, body.location) ||
+    // Key order apart (the registry stores it as jsonb).
+    !same(record.metadata ?? {}, body.metadata)
   );
 }

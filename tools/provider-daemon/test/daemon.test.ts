@@ -149,6 +149,29 @@ describe('provider daemon', () => {
     ]);
   });
 
+  it('updates the record when the configuration says other of the machine: its location, address, metadata', async () => {
+    const { token } = await provider();
+    const c = config({ provider: { name: 'rig-1', hostname: 'rig-1.example.net', metadata: { rack: 'a', row: 1 } } });
+    const id = await daemonWith(c, token).attach();
+    const moved = config({
+      state_file: c.state_file,
+      provider: {
+        name: 'rig-1',
+        hostname: 'rig-1.dc2.example.net',
+        ip_address: '203.0.113.7',
+        location: 'eu-west',
+        metadata: { rack: 'b', row: 1 },
+      },
+    });
+    expect(await daemonWith(moved, token).attach()).toBe(id);
+    expect((await record(id)).body).toMatchObject({
+      hostname: 'rig-1.dc2.example.net',
+      ip_address: '203.0.113.7',
+      location: 'eu-west',
+      metadata: { rack: 'b', row: 1 },
+    });
+  });
+
   it('registers again when its record was deleted under it', async () => {
     const { token } = await provider();
     const daemon = daemonWith(config(), token);
