@@ -1136,11 +1136,11 @@ export interface operations {
     listProviders: {
         parameters: {
             query?: {
-                /** @description GPU architecture, case-insensitive */
+                /** @description GPU architecture, ASCII letters in either case */
                 architecture?: string & unknown;
                 /** @description where the page starts: the `X-Next-Cursor` of the previous page (also in its `Link` rel="next"); absent: the first page */
                 cursor?: string;
-                /** @description partial, case-insensitive GPU model match */
+                /** @description partial GPU model match, ASCII letters in either case */
                 gpu_model?: string & unknown;
                 /** @description only providers whose GPUs are all healthy */
                 healthy_only?: "0" | "1" | "true" | "false";
