@@ -17,9 +17,17 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
-/** The fetch a client of these options calls through (`replay: false` for a request whose body is a stream). */
-export function clientFetch(opts: ClientOptions, replay = true): (input: Request) => Promise<Response> {
+/**
+ * The fetch a client of these options calls through (`replay: false` for a request whose body is a stream;
+ * `timeBody: false` for answers streamed to the caller, whose bodies have no time limit).
+ */
+export function clientFetch(
+  opts: ClientOptions,
+  replay = true,
+  timeBody = true,
+): (input: Request) => Promise<Response> {
   return resilientFetch({
+    timeBody,
     token: opts.token,
     correlationId: opts.correlationId,
     timeoutMs: opts.timeoutMs ?? 10_000,

@@ -15,8 +15,13 @@ import type { TokenSource } from './tokens.ts';
 export interface RetryPolicy {
   token?: TokenSource;
   correlationId?: () => string | undefined;
-  /** Time limit of one attempt until the response's headers arrive; 0 for none. */
+  /** Time limit of one attempt until the response's headers arrive, and for a JSON answer its body; 0 for none. */
   timeoutMs: number;
+  /**
+   * Whether a JSON answer's body is held to `timeoutMs` too (default true): false where the caller streams what it
+   * gets, whatever its type (a download of an object stored as JSON).
+   */
+  timeBody?: boolean;
   retries: number;
   fetch: typeof fetch;
   /** First backoff (default 100 ms), doubled per attempt, at most `maxBackoffMs` (default 2 s). */
@@ -63,7 +68,7 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
     const correlationId = policy.correlationId?.();
     if (correlationId && !headers.has('x-correlation-id')) headers.set('x-correlation-id', correlationId);
     const controller = new AbortController();
-    const timer =
+    let timer =
       policy.timeoutMs > 0
         ? setTimeout(() => controller.abort(new AttemptTimeout(policy.timeoutMs)), policy.timeoutMs)
         : undefined;
@@ -73,7 +78,16 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
       // A streamed body needs `duplex: 'half'` (Node's fetch).
       const init = { headers, signal, ...(request.body ? { duplex: 'half' } : {}) } as RequestInit;
       outgoing = new Request(request, init);
-      return await policy.fetch(outgoing);
+      const res = await policy.fetch(outgoing);
+      const json = /json/i.test(res.headers.get('content-type') ?? '');
+      if (timer === undefined || !res.body || !json || policy.timeBody === false) return res;
+      // An API's answer (JSON), which its caller reads whole: the time limit covers its body too, so that a server
+      // sending the headers and then nothing (or a byte now and then) cannot hold the caller (a daemon's heartbeat)
+      // past it. A stream (a download) is timed to its headers alone.
+      const pending = timer;
+      timer = undefined;
+      const body = res.body.pipeThrough(new TransformStream({ flush: () => clearTimeout(pending) }));
+      return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
     } finally {
       clearTimeout(timer);
       // Held until the fetch settles: a Request follows the signal it was given only through a weak reference, so a

@@ -183,6 +183,8 @@ const rangeHeader = (range: DownloadOptions['range']) =>
 export function objectStore(opts: ClientOptions): ObjectStore {
   const baseUrl = opts.baseUrl.replace(/\/$/, '');
   const api = createClient<StoragePaths>({ baseUrl, fetch: clientFetch(opts) });
+  // Downloads stream the object, whatever its type (one stored as JSON too): the time limit is the headers'.
+  const downloads = createClient<StoragePaths>({ baseUrl, fetch: clientFetch(opts, true, false) });
   // Uploads: no limit per attempt (the answer comes after the whole body); a stream goes out once.
   const untimed = { ...opts, timeoutMs: 0 };
   const upload = clientFetch(untimed);
@@ -288,11 +290,11 @@ export function objectStore(opts: ClientOptions): ObjectStore {
       const query = downloadOpts.redirect ? { redirect: true } : {};
       const init = { headers, parseAs: 'stream' as const, signal: downloadOpts.signal };
       const result = ref.bucket
-        ? await api.GET('/objects/{bucketName}/{objectKey}', {
+        ? await downloads.GET('/objects/{bucketName}/{objectKey}', {
             ...init,
             params: { path: { bucketName: ref.bucket, objectKey: ref.key }, query },
           })
-        : await api.GET('/objects/{objectKey}', { ...init, params: { path: { objectKey: ref.key }, query } });
+        : await downloads.GET('/objects/{objectKey}', { ...init, params: { path: { objectKey: ref.key }, query } });
       const { response } = result;
       if (!response.ok && response.status !== 304) throw refused(response, result.error);
       const body = (result.data as ReadableStream<Uint8Array> | undefined) ?? new Blob([]).stream();

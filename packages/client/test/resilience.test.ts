@@ -107,6 +107,42 @@ describe('service clients', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
+  it("limits an API answer's body in time too: headers then silence is a failure, not a wait without end", async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      // The start of a body, and nothing more (the server keeps the connection open).
+      res.write('[');
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const client = registryClient({ baseUrl: url, token: staticToken('t'), timeoutMs: 300, retries: 0 });
+    const started = Date.now();
+    await expect(client.GET('/providers/{providerID}', { params: { path: { providerID } } })).rejects.toThrow(
+      /no response within 300 ms/,
+    );
+    expect(Date.now() - started).toBeLessThan(10_000);
+    server.closeAllConnections();
+  });
+
+  it('leaves a streamed answer (a download of an object stored as JSON) its time, past the limit of its headers', async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('[');
+      setTimeout(() => res.end('1]'), 800);
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+    const policy = { timeoutMs: 300, retries: 0, fetch: globalThis.fetch };
+    const streamed = await resilientFetch({ ...policy, timeBody: false })(new Request(url));
+    expect(await streamed.text()).toBe('[1]');
+    const timed = await resilientFetch(policy)(new Request(url));
+    await expect(timed.text()).rejects.toThrow();
+  });
+
   it('renews a refused token once and repeats the request with the new one', async () => {
     const s = await scripted([
       { status: 401, body: { code: 'INVALID_TOKEN' } },
