@@ -50,7 +50,7 @@ export class ProviderDaemon {
       token: deps.token,
       timeoutMs: durationMs(deps.config.request_timeout),
     });
-    this.providerId = readState(deps.config.state_file).provider_id;
+    this.providerId = readState(deps.config.state_file, (why) => deps.logger.warn(why)).provider_id;
   }
 
   /** The provider owner the daemon's token acts for (its `owner_id` claim) and its own client ID. */

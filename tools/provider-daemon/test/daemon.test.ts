@@ -4,7 +4,7 @@
  * GPUs, a record deleted under it, and a registry it cannot reach.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TokenSource } from '@gpu/client';
@@ -96,6 +96,13 @@ describe('provider daemon', () => {
     expect((await record(first)).body.disk_mb).toBe(204_800);
     rmSync(c.state_file);
     expect(await daemonWith(c, token).attach()).toBe(first);
+    // Cut short or written over (a power loss before the atomic writes, another program): as lost, by name.
+    for (const text of ['', 'null', '[1]', '{"provider_id": 7}']) {
+      writeFileSync(c.state_file, text);
+      expect(await daemonWith(c, token).attach(), JSON.stringify(text)).toBe(first);
+      expect(JSON.parse(readFileSync(c.state_file, 'utf8'))).toEqual({ provider_id: first });
+      expect(statSync(c.state_file).mode & 0o777).toBe(0o600);
+    }
     const own = await platform.registry.app.inject({
       url: '/providers',
       headers: { authorization: `Bearer ${await token.get()}` },

@@ -14,11 +14,12 @@
  * the window, and removes the directory once it is done. A directory without a record (made by a life that died at
  * once) is removed. Nothing stays behind for good.
  */
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { ApiError, type billingClient } from '@gpu/client';
 import type { Logger } from '@gpu/common';
+import { writeDurably } from '../state.ts';
 import { UploadError } from '../upload.ts';
 import { CheckpointError, packDirectory } from './checkpoint.ts';
 import { releaseDisk, reopenDisk } from './disk.ts';
@@ -153,7 +154,11 @@ export class FileKeeper {
       let record: Record;
       try {
         record = JSON.parse(readFileSync(path.join(dir, RECORD), 'utf8')) as Record;
-      } catch {
+      } catch (err) {
+        this.logger.error(
+          { session_id: id, err: (err as Error).message },
+          "a session's record could not be read: its files are removed, not uploaded",
+        );
         await removeAllButLogs(dir, this.logger);
         await rm(dir, { recursive: true, force: true }).catch(() => {});
         continue;
@@ -282,8 +287,6 @@ export class FileKeeper {
 
   private save(kept: Kept): void {
     if (!existsSync(kept.dir)) return;
-    const file = path.join(kept.dir, RECORD);
-    writeFileSync(`${file}.tmp`, JSON.stringify(kept.record));
-    renameSync(`${file}.tmp`, file);
+    writeDurably(path.join(kept.dir, RECORD), JSON.stringify(kept.record));
   }
 }

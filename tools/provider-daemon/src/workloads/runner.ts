@@ -39,7 +39,6 @@ import {
   renameSync,
   rmSync,
   statSync,
-  writeFileSync,
   writeSync,
 } from 'node:fs';
 import path from 'node:path';
@@ -57,6 +56,7 @@ import type { DaemonConfig } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
+import { writeDurably } from '../state.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
 import { CHECKPOINT_NAME, maxCheckpointBytes, packDirectory, packRunning, unpack } from './checkpoint.ts';
@@ -936,12 +936,18 @@ export class WorkloadRunner {
     return this.devices;
   }
 
-  /** When the previous life of this daemon last knew its workloads alive (now, when it never ran). */
+  /**
+   * When the previous life of this daemon last knew its workloads alive (now, when it never ran); a journal cut short
+   * says it by when it was last written.
+   */
   private readJournal(): Date {
+    const file = path.join(this.settings.run_dir, JOURNAL);
     try {
-      const { alive_at } = JSON.parse(readFileSync(path.join(this.settings.run_dir, JOURNAL), 'utf8'));
-      const at = new Date(alive_at);
-      return Number.isNaN(at.getTime()) ? new Date() : at;
+      const at = new Date(JSON.parse(readFileSync(file, 'utf8')).alive_at);
+      if (!Number.isNaN(at.getTime())) return at;
+    } catch {}
+    try {
+      return statSync(file).mtime;
     } catch {
       return new Date();
     }
@@ -951,8 +957,7 @@ export class WorkloadRunner {
   private writeJournal(): void {
     const file = path.join(this.settings.run_dir, JOURNAL);
     try {
-      writeFileSync(`${file}.tmp`, JSON.stringify({ alive_at: new Date().toISOString() }));
-      renameSync(`${file}.tmp`, file);
+      writeDurably(file, JSON.stringify({ alive_at: new Date().toISOString() }));
     } catch (err) {
       this.deps.logger.warn({ err }, 'the journal could not be written (the run directory full?)');
     }
