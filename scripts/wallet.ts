@@ -130,9 +130,13 @@ if (TRANSLATED.includes(command)) {
   for (const name of unused) if (!USES[command]!.includes(name)) usageError(`${command} takes no --${name}`);
   if (values.keypair && values['test-wallet']) usageError('--keypair or --test-wallet, not both');
   if (positionals[0] && values.wallet) usageError('a wallet ID or --wallet, not both');
+  // balance and claim name one wallet (a deposit's keypair is where the tokens come from, its ID where they go).
   const which = [positionals[0] ?? values.wallet, values.keypair ?? values['test-wallet'], values.address];
-  if (command !== 'fund' && which.filter(Boolean).length > 1) {
+  if ((command === 'balance' || command === 'claim') && which.filter(Boolean).length > 1) {
     usageError('one wallet: an ID (or --wallet), --keypair (or --test-wallet), or --address');
+  }
+  if (command === 'deposit' && positionals[0] !== undefined && values.address) {
+    usageError('a wallet ID or --address, not both');
   }
 } else {
   // Passed to gpu as given (its own --url among them); who from --email/--password (taken out) or the environment.

@@ -137,6 +137,7 @@ describe('pnpm wallet', () => {
         ['deposit', '--signature', 'sig', '--keypair', '/nonexistent.json'],
         ['balance', '--amount', '5'],
         ['balance', '--wallet', 'w', '--address', address],
+        ['claim', '--signature', 'sig', '--wallet', 'w', '--address', address],
         ['open', '--keypair', 'k.json', '--address', address],
       ]) {
         const refused = await run(args);
@@ -144,6 +145,10 @@ describe('pnpm wallet', () => {
         oneLine(refused.stderr);
         expect(refused.asked, args.join(' ')).toEqual([]);
       }
+      // A deposit from a keypair into a wallet named by ID: both taken (the keypair here is not there to read).
+      const into = await run(['deposit', '--keypair', '/nonexistent.json', '--amount', '1', '--wallet', 'w']);
+      expect(into.code).toBe(1);
+      expect(into.stderr).toContain('cannot read the keypair /nonexistent.json');
       // A command passed to gpu as it is signs in with --email/--password for it alone.
       const list = await run(['list', '--email', 'someone@example.com', '--password', 'secret-pass'], {});
       expect(list.code).toBe(1);
