@@ -350,11 +350,18 @@ export function objectStore(opts: ClientOptions): ObjectStore {
     },
 
     async *listAll(bucket, listOpts = {}) {
+      // A cursor named a second time is a listing that would never end: a failure, not a loop.
+      const seen = new Set<string>();
       let cursor: string | undefined;
       do {
         const page = await store.list(bucket, { ...listOpts, ...(cursor ? { cursor } : {}) });
         yield* page.objects;
         cursor = page.nextCursor ?? undefined;
+        if (cursor !== undefined) {
+          if (seen.has(cursor))
+            throw new Error(`the list does not end: its page ${seen.size + 1} named an earlier cursor`);
+          seen.add(cursor);
+        }
       } while (cursor);
     },
 

@@ -6,17 +6,25 @@ import { unwrap } from '@gpu/client';
 
 const NEXT_CURSOR = 'x-next-cursor';
 
-/** Every item of a list, page after page (`page(cursor)` asks for one), or its first `limit` items. */
+/**
+ * Every item of a list, page after page (`page(cursor)` asks for one), or its first `limit` items. A cursor named a
+ * second time is a list that would never end (the platform's, or something answering as it): a failure, not a loop.
+ */
 export async function everyPage<T>(
   page: (cursor: string | undefined) => Promise<{ data?: T[]; error?: unknown; response: Response }>,
   limit = Number.POSITIVE_INFINITY,
 ): Promise<T[]> {
   const items: T[] = [];
+  const seen = new Set<string>();
   let cursor: string | undefined;
   do {
     const answer = await page(cursor);
     items.push(...unwrap(answer));
     cursor = answer.response.headers.get(NEXT_CURSOR) ?? undefined;
+    if (cursor !== undefined) {
+      if (seen.has(cursor)) throw new Error(`the list does not end: its page ${seen.size + 1} named an earlier cursor`);
+      seen.add(cursor);
+    }
   } while (cursor && items.length < limit);
   return items.slice(0, limit);
 }

@@ -39,6 +39,31 @@ describe('a hostile platform', () => {
     }
   });
 
+  it('stops at a list that names the same next page again, rather than follow it for ever', async () => {
+    let asked = 0;
+    const server = createServer((req, res) => {
+      req.resume();
+      asked++;
+      res.writeHead(200, { 'content-type': 'application/json', 'x-next-cursor': 'again' }).end('[]');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const gpu = gpuAt(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, join(dir, 'config-loop'));
+      for (const command of [
+        ['storage', 'ls'],
+        ['sessions', '--limit', '1000'],
+      ]) {
+        asked = 0;
+        const answer = await gpu([...command, '--json'], { env: { GPU_TOKEN: 't' } });
+        expect(answer.code, command.join(' ')).toBe(1);
+        expect(answer.stderr).toContain('the list does not end');
+        expect(asked).toBeLessThanOrEqual(3);
+      }
+    } finally {
+      server.close();
+    }
+  });
+
   it('writes out the control characters of any text it shows, keeping line breaks and tabs', () => {
     expect(printable(`a${ESCAPES}\tb\nc`)).toBe(
       'a\\u001b]0;owned\\u0007\\u001b]52;c;ZWNobyBvd25lZA==\\u0007\\u009b31m\tb\nc',
