@@ -342,8 +342,12 @@ describe("a workload's files", () => {
         headers: daemon,
         payload: { outputs: ['late.bin'] },
       });
+    const signedAt = Date.now();
     const before = await grant();
     expect(before.json().inputs).toHaveLength(1);
+    // Signed while the session runs (its end not known yet): valid no longer than the upload window, so that no URL
+    // signed before the end outlives the window after it (a presigned URL cannot be taken back).
+    expect(Date.parse(before.json().expires_at)).toBeLessThanOrEqual(signedAt + WINDOW_MS + 1000);
     const runner = m.runner();
     runner.run();
     try {

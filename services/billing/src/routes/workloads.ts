@@ -335,7 +335,9 @@ export async function workloadRoutes(app: App, deps: RouteDeps) {
         summary: "Presigned URLs of a workload's inputs, logs and outputs, for its machine's daemon",
         description:
           "The daemon never holds the renter's credentials: it reads the inputs and writes the logs and outputs " +
-          'through these URLs, of exactly those objects, each valid 10 minutes at most. Inputs until the workload ' +
+          'through these URLs, of exactly those objects, each valid 10 minutes at most and no longer than ' +
+          '`billing.workload_upload_window` (a URL signed before the end works at most that long past it). ' +
+          'Inputs until the workload ' +
           'runs (none once it runs or its session ended); logs, and the output files named in `outputs` (paths relative to /work/output/, ' +
           'uploaded under `<output prefix>output/`: a path with `..` or a leading `/` is 400), until ' +
           '`billing.workload_upload_window` after the workload ended (409 UPLOAD_WINDOW_CLOSED after), never past ' +

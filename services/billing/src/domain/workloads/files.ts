@@ -11,7 +11,8 @@
  *   URLs of the logs (`<prefix>logs/stdout.log`, `stderr.log`, uploaded again every few seconds as they grow) while
  *   it runs and for `billing.workload_upload_window` after the workload ended, and write URLs of the output files it
  *   names (`<prefix>output/<path>`, each path a relative key: nothing lands outside the prefix) in that window too.
- *   Each URL is valid 10 minutes at most, and never past the window: a grant expires with its session.
+ *   Each URL is valid 10 minutes at most, and no longer than the window's length: one signed while the session runs
+ *   (its end unknown; a presigned URL cannot be taken back) expires within the window after the end.
  * - The daemon then says what it uploaded (`POST .../workload/outputs`): the session names those objects.
  */
 import { randomUUID } from 'node:crypto';
@@ -160,7 +161,10 @@ export async function grantWorkloadFiles(
   const closes = uploadWindowCloses(ctx, session, row);
   if (now >= closes) throw billingErrors.uploadWindowClosed(sessionId);
   await notSuperseded(ctx, session);
-  const seconds = Math.max(1, Math.min(GRANT_SECONDS, Math.floor((closes - now) / 1000)));
+  // A presigned URL cannot be taken back: one signed while the session runs (its end unknown) is valid no longer than
+  // the upload window itself, so that none outlives the window after the end.
+  const windowSeconds = Math.floor(ctx.sessions.workloadUploadWindowMs / 1000);
+  const seconds = Math.max(1, Math.min(GRANT_SECONDS, windowSeconds, Math.floor((closes - now) / 1000)));
   const output = spec.output;
   // Inputs are fetched before the workload runs: granted until it does, never once it runs or its session ended.
   const beforeRun = isRunning(session) && (row.state === 'pending' || row.state === 'preparing');
