@@ -86,6 +86,8 @@ export function resilientFetch(policy: RetryPolicy): (input: Request) => Promise
       // past it. A stream (a download) is timed to its headers alone.
       const pending = timer;
       timer = undefined;
+      // Never what keeps a process alive (a body cancelled unread leaves it set; a stalled read holds its socket).
+      pending.unref?.();
       const body = res.body.pipeThrough(new TransformStream({ flush: () => clearTimeout(pending) }));
       return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
     } finally {
