@@ -17,6 +17,7 @@ import type { components as StorageComponents, paths as StoragePaths } from './g
 
 export { type ClientOptions, clientFetch } from './client-options.ts';
 export { ApiError, type Problem, TokenRequestError, unwrap } from './errors.ts';
+export { endlessListGuard } from './paging.ts';
 export { type RetryPolicy, resilientFetch } from './resilience.ts';
 export {
   type BucketEnsured,

@@ -14,6 +14,7 @@ import createClient, { type Client } from 'openapi-fetch';
 import { type ClientOptions, clientFetch } from './client-options.ts';
 import { ApiError, type Problem, unwrap } from './errors.ts';
 import type { components, paths as StoragePaths } from './generated/storage.ts';
+import { endlessListGuard } from './paging.ts';
 
 type Schemas = components['schemas'];
 export type ObjectInfo = Schemas['ObjectInfo'];
@@ -350,18 +351,13 @@ export function objectStore(opts: ClientOptions): ObjectStore {
     },
 
     async *listAll(bucket, listOpts = {}) {
-      // A cursor named a second time is a listing that would never end: a failure, not a loop.
-      const seen = new Set<string>();
+      const guard = endlessListGuard();
       let cursor: string | undefined;
       do {
         const page = await store.list(bucket, { ...listOpts, ...(cursor ? { cursor } : {}) });
         yield* page.objects;
         cursor = page.nextCursor ?? undefined;
-        if (cursor !== undefined) {
-          if (seen.has(cursor))
-            throw new Error(`the list does not end: its page ${seen.size + 1} named an earlier cursor`);
-          seen.add(cursor);
-        }
+        if (cursor !== undefined) guard(cursor);
       } while (cursor);
     },
 

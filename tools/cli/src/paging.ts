@@ -2,7 +2,7 @@
  * The platform's one paging contract, read: a list answers a page of items and, when more follow, the next page's
  * cursor in `X-Next-Cursor` (docs/conventions.md, "Paging").
  */
-import { unwrap } from '@gpu/client';
+import { endlessListGuard, unwrap } from '@gpu/client';
 
 const NEXT_CURSOR = 'x-next-cursor';
 
@@ -15,16 +15,13 @@ export async function everyPage<T>(
   limit = Number.POSITIVE_INFINITY,
 ): Promise<T[]> {
   const items: T[] = [];
-  const seen = new Set<string>();
+  const guard = endlessListGuard();
   let cursor: string | undefined;
   do {
     const answer = await page(cursor);
     items.push(...unwrap(answer));
     cursor = answer.response.headers.get(NEXT_CURSOR) ?? undefined;
-    if (cursor !== undefined) {
-      if (seen.has(cursor)) throw new Error(`the list does not end: its page ${seen.size + 1} named an earlier cursor`);
-      seen.add(cursor);
-    }
+    if (cursor !== undefined) guard(cursor);
   } while (cursor && items.length < limit);
   return items.slice(0, limit);
 }

@@ -23,7 +23,7 @@
  * span of the daemon's own when it traces): over HTTP a session's report then goes in a request of its own, which
  * carries that trace; the reports of sessions without one share requests as before.
  */
-import { billingClient, type TokenSource, unwrap } from '@gpu/client';
+import { billingClient, endlessListGuard, type TokenSource, unwrap } from '@gpu/client';
 import { activeTraceContext, durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
 import { type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import type { DaemonConfig } from './config.ts';
@@ -98,7 +98,7 @@ interface UsageRequestAnswer {
   problem?: { status: number; code: string; detail: string };
 }
 
-/** The most pages of running sessions the daemon reads (a machine's sessions fill one). */
+/** The most pages of running sessions the daemon reads past the first (a machine's sessions fill one). */
 const MAX_SESSION_PAGES = 10;
 
 export class UsageReporter {
@@ -120,15 +120,10 @@ export class UsageReporter {
    */
   async runningSessions(providerId: string): Promise<RunningSession[]> {
     const sessions: RunningSession[] = [];
-    const cursors = new Set<string>();
+    const guard = endlessListGuard(MAX_SESSION_PAGES);
     let cursor: string | undefined;
     do {
-      if (cursor !== undefined) {
-        if (cursors.has(cursor) || cursors.size >= MAX_SESSION_PAGES) {
-          throw new Error(`billing's list of the machine's running sessions does not end (${cursors.size} pages)`);
-        }
-        cursors.add(cursor);
-      }
+      if (cursor !== undefined) guard(cursor);
       const result = await this.billing.GET('/api/v1/billing/sessions', {
         params: {
           query: { provider_id: providerId, status: ['running'], limit: PAGE_LIMIT.max, ...(cursor ? { cursor } : {}) },
