@@ -34,6 +34,11 @@ export interface DaemonDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Called once the machine's ID is known after an attach (the workload runner listens for its nudges then). */
   onAttached?: (providerId: string) => void;
+  /**
+   * The MB of disk each workload gets on a machine of so many GPUs (the workload runner's `diskMb`: what the disk
+   * holds, at most `workloads.disk_mb`); absent: `workloads.disk_mb`.
+   */
+  workloadDiskMb?: (gpus: number) => number;
 }
 
 export class ProviderDaemon {
@@ -43,6 +48,11 @@ export class ProviderDaemon {
   /** Which metrics each heartbeat carries (`gpu/metric-changes.ts`). */
   private readonly metrics = new MetricChanges();
   private wake: (() => void) | undefined;
+  /**
+   * Whether this life attached (the state file names the record, but a start always attaches: what changed while the
+   * daemon was stopped, its GPUs, name or disk, reaches the record, and the machine is claimed for this client).
+   */
+  private attached = false;
 
   constructor(private readonly deps: DaemonDeps) {
     this.registry = registryClient({
@@ -104,7 +114,7 @@ export class ProviderDaemon {
       ...(p.ip_address ? { ip_address: p.ip_address } : {}),
       ...(p.location ? { location: p.location } : {}),
       // The disk each workload gets: renters search the market by it.
-      disk_mb: this.deps.config.workloads.disk_mb,
+      disk_mb: this.deps.workloadDiskMb?.(readings.length) ?? this.deps.config.workloads.disk_mb,
       metadata: { ...p.metadata, gpu_source: this.deps.gpus.kind },
       gpus: readings.map(gpuSpec),
     };
@@ -145,6 +155,7 @@ export class ProviderDaemon {
     }
     if (!id) id = await this.register(body);
     this.providerId = id;
+    this.attached = true;
     writeState(this.deps.config.state_file, { ...readState(this.deps.config.state_file), provider_id: id });
     this.deps.logger.info({ provider_id: id, gpus: readings.map((g) => g.name) }, 'attached to the provider record');
     this.deps.onAttached?.(id);
@@ -236,7 +247,7 @@ export class ProviderDaemon {
     let failures = 0;
     while (!this.stopped) {
       try {
-        if (!this.providerId) await this.attach();
+        if (!this.attached) await this.attach();
         await this.heartbeat();
         if (failures > 0) this.deps.logger.info({ after_failures: failures }, 'registry reachable again');
         failures = 0;

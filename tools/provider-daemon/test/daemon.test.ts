@@ -110,6 +110,40 @@ describe('provider daemon', () => {
     expect((own.json() as { id: string }[]).map((p) => p.id)).toEqual([first]);
   });
 
+  it('a daemon restarted with its state file states what changed on its record when it runs', async () => {
+    const { token } = await provider();
+    const c = config();
+    const id = await daemonWith(c, token).attach();
+    // Started again as a machine runs it (its state file names the record) with another disk and hostname.
+    const changed = {
+      ...c,
+      provider: { ...c.provider, hostname: 'rig-1b.example.net' },
+      workloads: { ...c.workloads, disk_mb: 204_800 },
+    };
+    const attached: string[] = [];
+    const daemon = new ProviderDaemon({
+      config: changed,
+      logger,
+      gpus: gpuSource(changed.gpu),
+      token,
+      onAttached: (p) => attached.push(p),
+    });
+    const running = daemon.run();
+    try {
+      const deadline = Date.now() + 30_000;
+      let now = (await record(id)).body;
+      while (now.disk_mb !== 204_800 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        now = (await record(id)).body;
+      }
+      expect(now).toMatchObject({ disk_mb: 204_800, hostname: 'rig-1b.example.net' });
+      expect(attached).toEqual([id]);
+    } finally {
+      daemon.stop();
+      await running;
+    }
+  });
+
   it('binds its machine to its own client, claims one bound to none, and will not run one bound to another', async () => {
     const { ownerId, token } = await provider();
     const clientOf = async (t: TokenSource) => decodeJwt(await t.get()).client_id as string;
