@@ -103,6 +103,8 @@ startOrExit(async () => {
     beats,
     // Attached, the runner polls at once and listens for the machine's nudges, rather than at its next poll.
     onAttached: () => workloads?.poll(),
+    // The record states the disk each workload is given: what the machine's disk holds, at most the configured.
+    ...(config.workloads.enabled ? { workloadDiskMb: (n: number) => workloads!.diskMb(n) } : {}),
   });
   const workloads: WorkloadRunner | null = config.workloads.enabled
     ? new WorkloadRunner({

@@ -5,16 +5,18 @@
  * died with its workload reports it lost when it comes back, and nothing after is billed.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from '@gpu/common';
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
+import { diskShareMb } from '../src/workloads/disk.ts';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { containerSettings as containers, testImage as image } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const rig = useWorkloadRig();
+const isRoot = process.getuid?.() === 0;
 const machine = (workloads?: Record<string, unknown>) => rig.machine(workloads);
 const rent = (providerId: string, gpuCount: number, workload: object) => rig.rent(providerId, gpuCount, workload);
 const workloadOf = (headers: Record<string, string>, id: string) => rig.workloadOf(headers, id);
@@ -168,6 +170,60 @@ describe("the daemon runs renters' workloads", () => {
     await expectLost(r, lastSync);
     await first.stop();
     await second.stop();
+  });
+
+  it('a machine whose disk holds less than workloads.disk_mb states what it holds, and gives each workload that much, reserved whole', async () => {
+    // Far more than this machine's disk holds for a workload on each of its 8 GPUs.
+    const d = await rig.daemonProcess({ disk_mb: 2_147_483_647 });
+    try {
+      const service = await rig.platform.machineClient('service');
+      const record = await rig.platform.registry.app.inject({
+        url: `/providers/${d.providerId}`,
+        headers: { authorization: `Bearer ${await service.get()}` },
+      });
+      const stated = record.json().disk_mb as number;
+      // A third of the disk under its run directory for each GPU, less what the daemon keeps (others write meanwhile).
+      const holds = diskShareMb(d.runDir, 8);
+      expect(stated).toBeLessThan(2_147_483_647);
+      expect(Math.abs(stated - holds)).toBeLessThanOrEqual(Math.max(512, holds / 10));
+      const r = await rent(d.providerId, 1, {
+        command: ['sh', '-c', 'df -k /work | tail -n 1; exec sleep 600'],
+        max_runtime_seconds: 600,
+      });
+      const stdout = join(d.runDir, r.id, 'logs', 'stdout.log');
+      const line = await until(
+        async () => (existsSync(stdout) ? readFileSync(stdout, 'utf8') : ''),
+        (out) => out.includes('\n'),
+        60_000,
+      );
+      const sizeKb = Number(line.trim().split(/\s+/)[1]);
+      if (isRoot) {
+        // Its own filesystem of the stated size (less the filesystem's own records), whose blocks the machine's disk
+        // holds for it already: nothing else filling that disk can fail its writes.
+        expect(sizeKb).toBeGreaterThan(stated * 1024 * 0.9);
+        expect(sizeKb).toBeLessThanOrEqual(stated * 1024);
+        const image = statSync(join(d.runDir, r.id, 'disk.img'));
+        expect(image.blocks * 512).toBeGreaterThanOrEqual(stated * 1024 * 1024);
+      }
+      const ended = await rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers: r.headers,
+        payload: { session_id: r.id },
+      });
+      expect(ended.statusCode, ended.body).toBe(200);
+      // Its reservation goes with it.
+      expect(
+        await until(
+          async () => existsSync(join(d.runDir, r.id, 'disk.img')),
+          (there) => !there,
+          60_000,
+        ),
+      ).toBe(false);
+    } finally {
+      d.child.kill('SIGTERM');
+      await d.exited;
+    }
   });
 
   it('reports a workload failed when the machine cannot run a sandbox: the session ends unbilled, its fault', async () => {

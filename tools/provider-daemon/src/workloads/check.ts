@@ -122,6 +122,8 @@ async function diskCheck(
 
 /** The disk allowance of the disk check. */
 const DISK_CHECK_BYTES = 16 * 1024 * 1024;
+/** MB of the disk of each of the other checks' workloads. */
+const CHECK_DISK_MB = 64;
 
 const sameSet = (a: string[], b: string[]) => a.length === b.length && a.every((x) => b.includes(x));
 
@@ -158,7 +160,8 @@ export async function checkGpuIsolation(opts: {
     command: string[],
     cgroup?: WorkloadCgroup,
     image?: string,
-    limits = workloadLimits(settings),
+    // The device checks' disks are small: each is reserved on the machine's disk in full (disk.ts).
+    limits = workloadLimits(settings, Math.min(settings.disk_mb, CHECK_DISK_MB)),
   ) => {
     const dir = path.join(root, `s${n++}`);
     const logDir = path.join(dir, 'logs');

@@ -1,7 +1,8 @@
 /**
  * A workload's disk allowance (`workloads.disk_mb` bytes, `workloads.disk_files` files and directories), kept by the
- * kernel: each session gets **a filesystem of its own**, an ext4 image in its directory (`disk.img`, sparse: the
- * machine's disk is used only as the workload writes) loop-mounted at `fs/`, whose `work/` is the workload's `/work`
+ * kernel: each session gets **a filesystem of its own**, an ext4 image in its directory (`disk.img`, its blocks
+ * reserved on the machine's disk in full when it is made, so that the machine's disk filling up never fails the
+ * workload's writes inside its allowance) loop-mounted at `fs/`, whose `work/` is the workload's `/work`
  * and `tmp/` its `/tmp`. A write past the allowance fails inside the workload (ENOSPC, for bytes or for files), the
  * machine's own disk and inodes are never at stake, and nothing walks the workload's files: the daemon's check is one
  * `statfs` a second, whatever the workload made. The image is sized so the workload can store at most its allowance
@@ -18,7 +19,7 @@
  * filesystem is unmounted and the image removed.
  */
 import { execFile } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, statfsSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -53,6 +54,40 @@ const MOUNT = 'fs';
 const INODE_BYTES = 256;
 /** A filesystem with less than this free, or no inode free, is full: the workload's writes are failing. */
 const FULL_MARGIN_BYTES = 64 * 1024;
+
+/** The machine keeps this much of the disk under its run directory for itself (the daemon's state and logs). */
+const KEPT_BYTES = 1 << 30;
+/**
+ * What a workload may take of the machine's disk per byte of its allowance: its filesystem, its inputs beside it (up
+ * to the allowance) and the archive of a checkpoint it restores or takes (about the allowance).
+ */
+const BYTES_PER_ALLOWED_BYTE = 3;
+
+/**
+ * The MB of disk each workload can have on this machine, one running on each of its `gpus` GPUs at once: the disk
+ * under `runDir` (free, and what the workloads' filesystems already hold there), less what the machine keeps for
+ * itself, shared by the GPUs at three bytes of disk per byte allowed (BYTES_PER_ALLOWED_BYTE).
+ */
+export function diskShareMb(runDir: string, gpus: number): number {
+  let dir = path.resolve(runDir);
+  while (!existsSync(dir)) dir = path.dirname(dir);
+  const disk = statfsSync(dir);
+  let held = 0;
+  try {
+    for (const entry of readdirSync(runDir, { withFileTypes: true })) {
+      if (!entry.isDirectory()) continue;
+      try {
+        held += statSync(path.join(runDir, entry.name, IMAGE)).blocks * 512;
+      } catch {
+        // A session without a filesystem of its own.
+      }
+    }
+  } catch {
+    // No run directory yet: nothing held.
+  }
+  const room = disk.bavail * disk.bsize + held - KEPT_BYTES;
+  return Math.max(0, Math.floor(room / BYTES_PER_ALLOWED_BYTE / Math.max(1, gpus) / (1024 * 1024)));
+}
 
 /** The paths of a session's disk under its directory. */
 function diskPaths(sessionDir: string) {
@@ -101,7 +136,12 @@ async function makeFilesystem(sessionDir: string, allowance: DiskAllowance, uid:
   rmSync(p.image, { force: true });
   // The allowance for data, plus the inode table (the rest of the filesystem's records come out of the allowance).
   const size = allowance.diskBytes + allowance.diskFiles * INODE_BYTES;
-  await exec('truncate', ['-s', String(size), p.image]);
+  // Its blocks are reserved now (fallocate: instant, nothing written): a disk without room for them is said here, before
+  // the workload starts, rather than as write errors inside it. A filesystem that cannot reserve gets a sparse image.
+  await exec('fallocate', ['-l', String(size), p.image]).catch(async (err: Error) => {
+    if (!/not supported/i.test(err.message)) throw err;
+    await exec('truncate', ['-s', String(size), p.image]);
+  });
   await exec('mkfs.ext4', [
     '-q',
     '-F',

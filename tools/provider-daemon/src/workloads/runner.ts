@@ -71,7 +71,7 @@ import {
   startContainer,
 } from './container.ts';
 import { controlDevices, nvidiaDevices, simulatedDevices } from './devices.ts';
-import { filesystemProblem, prepareDisk, type SessionDisk } from './disk.ts';
+import { diskShareMb, filesystemProblem, prepareDisk, type SessionDisk } from './disk.ts';
 import type { Entry } from './entry.ts';
 import type { SessionFiles } from './files.ts';
 import { FileKeeper } from './keeper.ts';
@@ -129,6 +129,8 @@ interface Running {
   checkpoint: { everyMs: number; at: number; busy: boolean; enter: boolean } | null;
 }
 
+/** The least disk a workload is given (`workloads.disk_mb`'s least). */
+const MIN_DISK_MB = 16;
 /** How often the runner asks billing again how long each running workload is paid for. */
 const PAID_REFRESH_MS = 30_000;
 /** How long the runner waits for billing to say whether an ended session was preempted (its notice). */
@@ -181,13 +183,16 @@ export function sandboxProblem(bwrap: string, dir: string): string | null {
   }
 }
 
-/** A workload's limits in bytes and counts, from the daemon's settings (the same in either mode). */
-export function workloadLimits(settings: DaemonConfig['workloads']) {
+/**
+ * A workload's limits in bytes and counts, from the daemon's settings (the same in either mode); `diskMb`: its disk
+ * allowance where the machine gives less than `disk_mb` (WorkloadRunner.diskMb).
+ */
+export function workloadLimits(settings: DaemonConfig['workloads'], diskMb = settings.disk_mb) {
   return {
     processes: settings.processes,
     openFiles: settings.open_files,
     memoryBytes: settings.memory_mb * 1024 * 1024,
-    diskBytes: settings.disk_mb * 1024 * 1024,
+    diskBytes: diskMb * 1024 * 1024,
     diskFiles: settings.disk_files,
     logBytes: settings.log_kb * 1024,
   };
@@ -248,6 +253,8 @@ export class WorkloadRunner {
   private readonly keeper: FileKeeper;
   /** Whether the directories an earlier life left were taken up. */
   private resumed = false;
+  /** Each workload's disk allowance here, MB (decided once: diskMb). */
+  private diskAllowanceMb: number | undefined;
   /** How workloads' disks are kept here (asked once). */
   private diskKind: Promise<'filesystem' | 'watch'> | undefined;
   /** The sending of each session's reports, so that they reach billing in the order they happened. */
@@ -521,6 +528,7 @@ export class WorkloadRunner {
     }
     const paidUntil = w.paid_until ? Date.parse(w.paid_until) : null;
     const readings = await this.deps.gpus.read();
+    this.diskMb(readings.length);
     const missing = (session.gpuIndices ?? []).filter((i) => !readings.some((r) => r.index === i));
     if (missing.length > 0) {
       // A leased GPU the machine no longer shows: fail rather than run on fewer (or other) GPUs.
@@ -536,7 +544,7 @@ export class WorkloadRunner {
     const files = this.keeper.track(session.id, {
       keepsFiles: Boolean(w.logs),
       maxPathBytes: spec.output ? maxOutputPathBytes(spec.output) : 0,
-      checkpointMaxBytes: spec.checkpoint ? maxCheckpointBytes(workloadLimits(this.settings).diskBytes) : null,
+      checkpointMaxBytes: spec.checkpoint ? maxCheckpointBytes(this.limits().diskBytes) : null,
     });
     const failed = async (reason: string) => {
       this.done.add(session.id);
@@ -552,7 +560,7 @@ export class WorkloadRunner {
     if (files && inputsDir) {
       try {
         rmSync(inputsDir, { recursive: true, force: true });
-        await files.fetchInputs(inputsDir, workloadLimits(this.settings).diskBytes);
+        await files.fetchInputs(inputsDir, this.limits().diskBytes);
       } catch (err) {
         this.deps.logger.warn({ err, session_id: session.id }, 'the workload inputs could not be fetched');
         await failed('inputs_unavailable');
@@ -596,7 +604,7 @@ export class WorkloadRunner {
     let disk: SessionDisk;
     try {
       this.diskKind ??= diskKind(this.settings, this.deps.logger);
-      disk = await prepareDisk(dir, workloadLimits(this.settings), await this.diskKind, null);
+      disk = await prepareDisk(dir, this.limits(), await this.diskKind, null);
     } catch (err) {
       // The machine could not make its disk (its own disk full, no loop device left): its fault, nothing ran.
       this.deps.logger.error({ err, session_id: session.id }, "the workload's disk could not be made");
@@ -641,6 +649,36 @@ export class WorkloadRunner {
   }
 
   /**
+   * The MB of disk each workload gets on this machine of `gpus` GPUs: `workloads.disk_mb`, or less where the disk
+   * under the run directory cannot hold that much for a workload on each GPU at once (disk.ts `diskShareMb`; said once
+   * in the log). Decided at the machine's first reading of its GPUs, which its record states (the market's `disk_mb`)
+   * and each workload is given; a disk that cannot hold 16 MB a workload is an error, asked again next time.
+   */
+  diskMb(gpus: number): number {
+    if (this.diskAllowanceMb !== undefined) return this.diskAllowanceMb;
+    const configured = this.settings.disk_mb;
+    const share = diskShareMb(this.settings.run_dir, gpus);
+    if (share < MIN_DISK_MB) {
+      throw new Error(
+        `the disk under workloads.run_dir (${path.resolve(this.settings.run_dir)}) has room for ${share} MB a workload on each of the machine's ${gpus} GPUs: free some of it`,
+      );
+    }
+    if (share < configured) {
+      this.deps.logger.warn(
+        { configured_mb: configured, given_mb: share, gpus },
+        `the disk under workloads.run_dir holds less than workloads.disk_mb for a workload on each GPU: each gets ${share} MB`,
+      );
+    }
+    this.diskAllowanceMb = Math.min(configured, share);
+    return this.diskAllowanceMb;
+  }
+
+  /** A workload's limits here (its disk: diskMb, decided before any session runs). */
+  private limits() {
+    return workloadLimits(this.settings, this.diskAllowanceMb);
+  }
+
+  /**
    * The job's checkpoint directory in the new work directory (its user's), with the checkpoint the job kept last
    * extracted into it, when there is one (checkpoint.ts).
    */
@@ -656,7 +694,7 @@ export class WorkloadRunner {
     if (uid !== undefined) for (const d of [disk.workDir, into]) chownSync(d, uid, uid);
     const tar = path.join(dir, 'restore.tar');
     try {
-      if (!(await files.fetchCheckpoint(tar, maxCheckpointBytes(workloadLimits(this.settings).diskBytes)))) return;
+      if (!(await files.fetchCheckpoint(tar, maxCheckpointBytes(this.limits().diskBytes)))) return;
       await unpack(tar, into, uid);
       this.deps.logger.info({ session_id: sessionId }, "the job's last checkpoint is restored");
     } finally {
@@ -675,7 +713,7 @@ export class WorkloadRunner {
       const files = r.files;
       void (async () => {
         try {
-          const max = maxCheckpointBytes(workloadLimits(this.settings).diskBytes);
+          const max = maxCheckpointBytes(this.limits().diskBytes);
           if (c.enter) await packRunning(r.sandbox.entry, path.join(this.settings.run_dir, '.checkpoints'), out, max);
           else if (!(await packDirectory(r.disk.workDir, out, max))) return;
           await files.keepCheckpoint(out);
@@ -751,7 +789,7 @@ export class WorkloadRunner {
       logDir,
       ...(inputsDir ? { inputsDir } : {}),
       controlDevices: simulated ? [] : controlDevices(),
-      limits: workloadLimits(this.settings),
+      limits: this.limits(),
       uid,
       platformEnv: {
         GPU_PLATFORM_SESSION_ID: session.id,
@@ -913,7 +951,7 @@ export class WorkloadRunner {
     if (!this.cgroups) return {};
     try {
       return {
-        cgroup: workloadCgroup(this.cgroups, sessionId, workloadLimits(this.settings)),
+        cgroup: workloadCgroup(this.cgroups, sessionId, this.limits()),
       };
     } catch (err) {
       this.deps.logger.warn({ err, session_id: sessionId }, 'the workload gets no control group: the watch alone');

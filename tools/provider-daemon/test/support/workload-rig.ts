@@ -67,7 +67,9 @@ export interface WorkloadRig {
    * A provider's daemon as a process of its own (`src/main.ts`, as a machine runs it) on a simulated 8-GPU machine,
    * heartbeating every second and running workloads; attached. `exited` settles when the process is gone.
    */
-  daemonProcess(): Promise<{ providerId: string; child: ChildProcess; exited: Promise<unknown> }>;
+  daemonProcess(
+    workloads?: Record<string, unknown>,
+  ): Promise<{ providerId: string; child: ChildProcess; exited: Promise<unknown>; runDir: string }>;
   /** A renter with a funded wallet. */
   renter(): Promise<Renter & { walletId: string }>;
   /**
@@ -180,14 +182,15 @@ export function useWorkloadRig(
       };
       return { providerId, deps, daemon, runner: () => new WorkloadRunner(deps), runDir: c.workloads.run_dir };
     },
-    async daemonProcess() {
+    async daemonProcess(workloads = {}) {
       const owner = await platform.providerUser();
       const { client, secret } = await createClient(platform.auth.ctx, UNCHECKED_PRINCIPAL, {
         name: `rig-daemon-${randomUUID().slice(0, 8)}`,
         role: 'daemon',
         owner_id: owner.id,
       });
-      const given = settings(join(dir, `run-${randomUUID().slice(0, 8)}`), {});
+      const runDir = join(dir, `run-${randomUUID().slice(0, 8)}`);
+      const given = settings(runDir, workloads);
       const file = join(dir, `daemon-${randomUUID()}.json`);
       writeFileSync(
         file,
@@ -210,7 +213,7 @@ export function useWorkloadRig(
       for (;;) {
         try {
           const state = JSON.parse(readFileSync(given.state_file, 'utf8')) as { provider_id?: string };
-          if (state.provider_id) return { providerId: state.provider_id, child, exited };
+          if (state.provider_id) return { providerId: state.provider_id, child, exited, runDir };
         } catch {}
         if (Date.now() > end || child.exitCode !== null) throw new Error('the daemon did not attach to its machine');
         await new Promise((r) => setTimeout(r, 100));
