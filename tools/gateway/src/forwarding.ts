@@ -6,22 +6,47 @@ import { STATUS_CODES } from 'node:http';
 import { AppError } from '@gpu/common/errors';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
 import { tracingOn } from '@gpu/common/tracing';
+import type { FastifyRequest } from 'fastify';
 
-/** Who called, as the gateway saw it: the connection's address and scheme, and the Host the caller wrote. */
+/**
+ * Who called, as the gateway saw it: the connection's address and scheme, the Host the caller wrote, and the request's
+ * and correlation IDs the gateway gave it.
+ */
 export interface Caller {
   address: string | undefined;
   protocol: string;
   host: string | undefined;
+  requestId: string;
+  correlationId: string;
 }
 
+/** Who called (forwarded on), with the IDs the gateway's first hook gave the request. */
+export const callerOf = (request: FastifyRequest): Caller => ({
+  address: request.socket.remoteAddress,
+  protocol: request.protocol,
+  host: request.headers.host,
+  requestId: request.id,
+  correlationId: String(request.headers['x-correlation-id']),
+});
+
 /**
- * The headers sent on: hop-by-hop `Expect` dropped, the forwarding headers set. The gateway is the platform's first
- * hop, so `X-Forwarded-For` is the caller's own address, whatever the caller wrote there (an address it names is
- * not passed on: the services count by the one the gateway saw), and `X-Real-IP` and `Forwarded` are dropped. `host`:
- * the Host to send instead of the caller's (`localhost` on a service's Unix socket).
+ * Headers of one hop (RFC 9110 7.6.1) that no service is sent (node:http and undici frame each request themselves, and
+ * undici refuses some of them outright): `TE` but `trailers`. `Connection` and the headers it names are the proxy's
+ * to drop (@fastify/reply-from, port-hosts.ts, upgrade.ts) before these are set.
+ */
+const HOP_BY_HOP = ['keep-alive', 'proxy-connection', 'upgrade', 'trailer', 'expect'];
+
+/**
+ * The headers sent on: hop-by-hop ones dropped (`HOP_BY_HOP`), the forwarding headers and IDs set last, so that no
+ * header the caller names in `Connection` takes them away. The gateway is the platform's first hop, so
+ * `X-Forwarded-For` is the caller's own address, whatever the caller wrote there (an address it names is not passed
+ * on: the services count by the one the gateway saw), and `X-Real-IP` and `Forwarded` are dropped. `host`: the Host to
+ * send instead of the one in `headers` (`localhost` on a service's Unix socket, the caller's own on a port host).
  */
 export function forwardedHeaders(caller: Caller, headers: Record<string, unknown>, host: string | undefined) {
-  const { expect: _expect, 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
+  const { 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
+  for (const name of HOP_BY_HOP) delete rest[name];
+  if (rest.te !== undefined && String(rest.te).trim().toLowerCase() !== 'trailers') delete rest.te;
   // Tracing on, the service continues the trace under the gateway's call (its client span's context, which the undici
   // instrumentation, or upgrade.ts, sends), not under the caller's span: the caller's trace context is not sent as well.
   if (tracingOn()) {
@@ -34,6 +59,8 @@ export function forwardedHeaders(caller: Caller, headers: Record<string, unknown
     'x-forwarded-for': caller.address ?? '',
     'x-forwarded-proto': caller.protocol,
     'x-forwarded-host': caller.host ?? '',
+    'x-request-id': caller.requestId,
+    'x-correlation-id': caller.correlationId,
   };
 }
 
@@ -52,4 +79,21 @@ export function gatewayProblem(
   const err = new AppError(kindOfStatus(status), code, detail);
   const body = { ...problemOf(err), status, title: STATUS_CODES[status] ?? 'Error', instance, request_id: requestId };
   return { body, headers: headersOf(err) };
+}
+
+/**
+ * Whether a path has a `.` or `..` segment, plain or percent-encoded (`%2e`, `..%2f`): such a path is never forwarded
+ * (a 400 problem). @fastify/reply-from would resolve it (`/objects/b/./k` reaching storage as `/objects/b/k`, another
+ * object), nginx chooses its location by the resolved path; object keys with such segments are reached at the
+ * storage service itself.
+ */
+export function hasDotSegment(path: string): boolean {
+  try {
+    return decodeURIComponent(path)
+      .replaceAll('\\', '/')
+      .split('/')
+      .some((segment) => segment === '.' || segment === '..');
+  } catch {
+    return true;
+  }
 }

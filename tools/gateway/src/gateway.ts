@@ -30,18 +30,19 @@
  *   goes to billing with its path, query and Host as sent, none of the above routes applying (port-hosts.ts).
  */
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
 import proxy from '@fastify/http-proxy';
 import { lingerBeforeClose } from '@gpu/common/oversized-body';
 import { correlationIdOf, saneId } from '@gpu/common/request-context';
 import { RequestLogController } from '@gpu/common/request-logging';
 import { traceFields, tracingHooks } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
+import { callerOf, forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { forwardPortHosts, portHostUrl } from './port-hosts.ts';
-import { bodyLimitOf, PORT_HOST_SERVICE, ROUTES, type Service } from './routes.ts';
+import { bodyLimitOf, hostKindOf, PORT_HOST_SERVICE, ROUTES, type Service } from './routes.ts';
 import { GatewayMetrics, routeOf } from './telemetry.ts';
 import { proxyUpgrades, UPGRADE_IDLE_TIMEOUT_MS } from './upgrade.ts';
 
@@ -79,10 +80,48 @@ function requestId(req: IncomingMessage): string {
 /** The path the caller sent (its URL's; `request.url` is the one the gateway routed by, port-hosts.ts). */
 const pathOf = (request: FastifyRequest) => request.originalUrl.split('?')[0] ?? '';
 
-/** A problem of the gateway's own (forwarding.ts), answered on `reply`. */
+/**
+ * A problem of the gateway's own (forwarding.ts), answered on `reply` with the request's IDs (set here too: a request
+ * the framework refused never ran the hooks that set them).
+ */
 function problem(reply: FastifyReply, request: FastifyRequest, status: number, code: string, detail: string) {
   const { body, headers } = gatewayProblem(status, code, detail, pathOf(request), request.id);
-  return reply.code(status).headers(headers).type('application/problem+json').send(body);
+  return reply
+    .code(status)
+    .headers({ ...headers, 'x-request-id': request.id, 'x-correlation-id': correlationIdOf(request.raw) })
+    .type('application/problem+json')
+    .send(body);
+}
+
+/**
+ * The gateway's answer to a request node:http could not read (two `Content-Length`s, one beside a
+ * `Transfer-Encoding`, an unknown method or coding, headers past its limit): a problem with new IDs, written on the
+ * socket, the connection closed. A caller gone (`ECONNRESET`) is sent nothing.
+ */
+function clientError(err: Error & { code?: string }, socket: Duplex) {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, detail] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'HEADERS_TOO_LARGE', 'the request headers are larger than the gateway reads']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'REQUEST_TIMEOUT', 'the request did not arrive in time']
+        : [400, 'BAD_REQUEST', 'the gateway could not read the request'];
+  const id = randomUUID();
+  const { body, headers } = gatewayProblem(status, code, detail, '', id);
+  const text = JSON.stringify(body);
+  if (socket.writable) {
+    const lines = [
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}`,
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+      'content-type: application/problem+json; charset=utf-8',
+      `content-length: ${Buffer.byteLength(text)}`,
+      `x-request-id: ${id}`,
+      `x-correlation-id: ${id}`,
+      'connection: close',
+    ];
+    socket.write(`${lines.join('\r\n')}\r\n\r\n${text}`);
+  }
+  socket.destroy();
 }
 
 /** What a failure to reach a service answers: 504 for a timeout, 502 otherwise (503 when it refused the connection). */
@@ -111,6 +150,16 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     requestTimeout: 0,
     keepAliveTimeout: opts.timeouts?.keepAlive ?? 72_000,
     return503OnClosing: true,
+    // What node:http or the router cannot read is the gateway's problem too, with IDs.
+    clientErrorHandler: clientError,
+    frameworkErrors: (error, request, reply) =>
+      problem(
+        reply,
+        request,
+        400,
+        'BAD_REQUEST',
+        error.code === 'FST_ERR_BAD_URL' ? 'the request path is not valid percent-encoding' : error.message,
+      ),
   });
   // A server span per request (tracing on), its first log line once the span exists.
   await app.register(tracingHooks, { service: 'gateway' });
@@ -135,6 +184,9 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     const correlationId = correlationIdOf(request.raw);
     request.headers['x-correlation-id'] = correlationId;
     reply.header('x-correlation-id', correlationId);
+    if (hostKindOf(request.headers.host) === 'api' && hasDotSegment(pathOf(request))) {
+      return problem(reply, request, 400, 'BAD_REQUEST', 'a path with . or .. segments is not forwarded');
+    }
     // A declared body larger than the path's service takes is refused here, before a byte of it is sent on; the
     // connection then closes gracefully (the caller finishes sending and reads the 413). A chunked body is counted by
     // the service, whose 413 passes on as it is.
@@ -169,6 +221,16 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
   const isOperator = operatorsAt(opts.operators ?? OPERATOR_NETWORKS);
   // A service's health names its dependencies and their state: for operators only, known by their address.
   const operatorsOnly = async (request: FastifyRequest, reply: FastifyReply) => {
+    // `/health/<service>` alone, as nginx and the HTTPRoutes match it: nothing under it is forwarded.
+    if (!/^\/health\/[^/]+$/.test(pathOf(request))) {
+      return problem(
+        reply,
+        request,
+        404,
+        'ROUTE_NOT_FOUND',
+        `no service answers ${request.method} ${pathOf(request)} behind the gateway`,
+      );
+    }
     if (isOperator(request.socket.remoteAddress)) return;
     return problem(reply, request, 403, 'OPERATORS_ONLY', "a service's health is for operators only");
   };
@@ -187,11 +249,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     const host = socket ? 'localhost' : undefined;
     const replyOptions = {
       rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) =>
-        forwardedHeaders(
-          { address: req.socket.remoteAddress, protocol: req.protocol, host: req.headers.host },
-          headers,
-          host,
-        ),
+        forwardedHeaders(callerOf(req), headers, host),
       // No retries of the gateway's own: the caller's client retries what is safe to.
       retryDelay: () => null,
       onError: (

@@ -21,7 +21,7 @@ import { Agent, request as httpRequest, type IncomingHttpHeaders, type IncomingM
 import { tracingOn } from '@gpu/common/tracing';
 import { context, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { forwardedHeaders } from './forwarding.ts';
+import { callerOf, forwardedHeaders } from './forwarding.ts';
 import { hostKindOf, PORT_HOST, PORT_HOST_SERVICE } from './routes.ts';
 
 /** Where the gateway routes a port host's requests (a path no caller reaches on any other host: see `portHostUrl`). */
@@ -100,11 +100,8 @@ export async function forwardPortHosts(app: FastifyInstance, settings: PortHostS
     new Promise<void>((resolve) => {
       const span = clientSpan(request);
       const headers = {
-        ...forwardedHeaders(
-          { address: request.socket.remoteAddress, protocol: request.protocol, host: request.headers.host },
-          endToEnd(request.headers),
-          undefined,
-        ),
+        // The Host the caller wrote goes on whatever its Connection names: billing finds the session and port by it.
+        ...forwardedHeaders(callerOf(request), endToEnd(request.headers), request.headers.host),
         ...span?.carrier,
         // A chunked body goes on chunked, whatever the method (node:http would frame only some methods' by itself).
         ...(request.headers['transfer-encoding'] ? { 'transfer-encoding': 'chunked' } : {}),

@@ -32,7 +32,7 @@ import { correlationIdOf } from '@gpu/common/request-context';
 import { tracingOn } from '@gpu/common/tracing';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
-import { forwardedHeaders, gatewayProblem } from './forwarding.ts';
+import { forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
 import { hostKindOf, SERVICES, type Service } from './routes.ts';
 import type { GatewayMetrics } from './telemetry.ts';
 import { routeOf } from './telemetry.ts';
@@ -51,6 +51,9 @@ export interface UpgradeSettings {
   /** How long an upgraded stream may pass no byte either way before the gateway closes it, in ms. */
   idleTimeout: number;
 }
+
+/** The most the caller may send before the service answers its upgrade (kept until the 101): 64 KiB. */
+const EARLY_BYTES_MAX = 64 * 1024;
 
 /** Headers of an answer written on a raw socket (an answer that closes the connection). */
 type RawHeaders = Record<string, string | number | string[] | undefined>;
@@ -74,15 +77,6 @@ function answer(socket: Duplex, status: number, headers: RawHeaders, body: Buffe
   socket.end(
     Buffer.concat([Buffer.from(head(status, { ...kept, 'content-length': body.length, connection: 'close' })), body]),
   );
-}
-
-/** Whether a path would pass @fastify/http-proxy's check (no `..` segment, plain or percent-encoded). */
-function forwardable(path: string): boolean {
-  try {
-    return !decodeURIComponent(path).replaceAll('\\', '/').split('/').includes('..');
-  } catch {
-    return false;
-  }
 }
 
 /** The server span of an upgrade and the client span of its call to the service (tracing on), ended together. */
@@ -167,8 +161,8 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
     }
     // Refused here rather than answered as an ordinary request: the app's inject would resolve the segments first. A
     // port host's path is the workload's, passed as written.
-    if (kind === 'api' && !forwardable(path)) {
-      problem(400, 'BAD_REQUEST', 'a path with .. segments is not forwarded');
+    if (kind === 'api' && hasDotSegment(path)) {
+      problem(400, 'BAD_REQUEST', 'a path with . or .. segments is not forwarded');
       return;
     }
     const service = kind === 'not-a-port-host' ? undefined : SERVICES.find((s) => s === upstream);
@@ -204,14 +198,15 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
           address: (socket as Socket).remoteAddress,
           protocol: 'encrypted' in socket && socket.encrypted ? 'https' : 'http',
           host: req.headers.host,
+          requestId: id,
+          correlationId,
         },
         sent,
-        // A port host's Host goes on as the caller wrote it: billing finds the session and port by it.
-        kind === 'port-host' ? undefined : 'socketPath' in target ? 'localhost' : new URL(target.url).host,
+        // A port host's Host goes on as the caller wrote it, whatever its Connection names: billing finds the session
+        // and port by it.
+        kind === 'port-host' ? req.headers.host : 'socketPath' in target ? 'localhost' : new URL(target.url).host,
       ),
       ...spans?.carrier,
-      'x-request-id': id,
-      'x-correlation-id': correlationId,
       connection: 'Upgrade',
       upgrade: token,
     } as OutgoingHttpHeaders;
@@ -238,34 +233,72 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       spans?.end(status);
       outgoing.destroy();
     };
-    outgoing.on('timeout', () => fail(504, 'UPSTREAM_TIMEOUT', `${service} did not answer in time`));
+    outgoing.on('timeout', () => {
+      // Before the answer a 504; in the middle of a refusal's body, the refusal cut off.
+      if (!answered) fail(504, 'UPSTREAM_TIMEOUT', `${service} did not answer in time`);
+      else if (!upgraded) {
+        outgoing.destroy();
+        socket.destroy();
+      }
+    });
     outgoing.on('error', (err) => {
       app.log.warn({ reqId: id, service, err: err.message }, 'service not reached');
       fail(502, 'BAD_GATEWAY', `${service} did not answer`);
     });
-    // A caller gone before the answer: the call to the service goes too, and nothing is counted.
-    socket.once('close', () => {
+    // What the caller sends before the answer (a raw stream's first bytes) waits here, up to EARLY_BYTES_MAX, for the
+    // 101; its end before the answer, like its close, is a caller gone (an HTTP server's socket is half-open: its
+    // close would not come), so the call to the service goes too, and nothing is counted.
+    const early: Buffer[] = [];
+    let earlyBytes = 0;
+    const gone = () => {
       if (answered) return;
       answered = true;
       spans?.end(499);
       outgoing.destroy();
-    });
-    // The service declined (its 401 problem, a 404, a 426): its answer passes as it is, then the connection closes.
+      socket.destroy();
+    };
+    const onEarly = (chunk: Buffer) => {
+      earlyBytes += chunk.length;
+      if (earlyBytes > EARLY_BYTES_MAX) gone();
+      else early.push(chunk);
+    };
+    socket.on('data', onEarly);
+    socket.once('end', gone);
+    socket.once('close', gone);
+    let upgraded = false;
+    // The service declined (its 401 problem, a 404, a 426, or a workload's page on a port host): its answer passes as
+    // it is, streamed (never held whole: it may be of any size), then the connection closes.
     outgoing.on('response', (res) => {
       if (answered) return res.resume();
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        if (answered) return;
-        answer(
-          socket,
-          res.statusCode ?? 502,
-          { ...res.headers, 'x-request-id': id, 'x-correlation-id': correlationId },
-          Buffer.concat(chunks),
-        );
-        finish(res.statusCode ?? 502);
-      });
-      res.on('error', () => fail(502, 'BAD_GATEWAY', `${service} did not answer`));
+      answered = true;
+      socket.off('data', onEarly);
+      const status = res.statusCode ?? 502;
+      const kept = Object.fromEntries(
+        Object.entries(res.headers).filter(
+          ([name]) => !HOP_BY_HOP.has(name) && !['x-request-id', 'x-correlation-id'].includes(name),
+        ),
+      );
+      // Its length where the service said it; else the body ends with the connection.
+      const length = res.headers['transfer-encoding'] ? undefined : res.headers['content-length'];
+      socket.write(
+        head(status, {
+          ...kept,
+          ...(length !== undefined ? { 'content-length': length } : {}),
+          connection: 'close',
+          'x-request-id': id,
+          'x-correlation-id': correlationId,
+        }),
+      );
+      res.pipe(socket);
+      res.on('error', () => socket.destroy());
+      // The caller gone (its end is seen, as before the answer; its close may never come): the service's answer too.
+      const leave = () => {
+        res.destroy();
+        socket.destroy();
+      };
+      socket.once('end', leave);
+      socket.once('close', leave);
+      finish(status);
     });
     outgoing.on('upgrade', (res, upstreamSocket: Socket, upstreamHead: Buffer) => {
       if (answered || socket.destroyed) {
@@ -274,6 +307,11 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       }
       outgoing.setTimeout(0);
       answered = true;
+      upgraded = true;
+      // The caller's first bytes go first, then its stream.
+      socket.off('data', onEarly);
+      socket.off('end', gone);
+      (socket as Socket).pause();
       const status = res.statusCode ?? 101;
       const kept = Object.fromEntries(
         Object.entries(res.headers).filter(([name]) => !['x-request-id', 'x-correlation-id'].includes(name)),
@@ -281,6 +319,7 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       socket.write(head(status, { ...kept, 'x-request-id': id, 'x-correlation-id': correlationId }));
       if (upstreamHead.length > 0) socket.write(upstreamHead);
       if (bodyHead.length > 0) upstreamSocket.write(bodyHead);
+      for (const chunk of early) upstreamSocket.write(chunk);
       upstreamSocket.setNoDelay(true);
       (socket as Socket).setNoDelay?.(true);
       // A raw stream's half-close passes (the caller's end, then the service's answer still coming back).

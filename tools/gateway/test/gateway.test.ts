@@ -74,6 +74,30 @@ const engines: Engine[] = [
   },
 ];
 
+/** The answer to `text`, written on a connection of its own as is, read until the gateway closes it. */
+function rawExchange(
+  base: string,
+  text: string,
+): Promise<{ status: number; headers: Record<string, string>; body: string; raw: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(new URL(base).port), '127.0.0.1', () => socket.write(text));
+    let raw = '';
+    socket.setTimeout(10_000, () => socket.destroy());
+    socket.on('data', (d: Buffer) => {
+      raw += d;
+    });
+    socket.on('close', () => {
+      const [head = '', ...rest] = raw.split('\r\n\r\n');
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers = Object.fromEntries(
+        lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+      );
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n'), raw });
+    });
+    socket.on('error', reject);
+  });
+}
+
 describe.each(engines)('the gateway: $name', (engine) => {
   let gateway: RunningGateway;
   let base: string;
@@ -380,9 +404,55 @@ describe.each(engines)('the gateway: $name', (engine) => {
         expect(body, path).toMatchObject({ code: 'ROUTE_NOT_FOUND', detail: /no service answers/ });
       else expect(body, `${path}: ${res.status}`).toMatchObject({ status: 400, code: 'BAD_REQUEST' });
     }
+    // A `.` segment too: resolved, `/objects/b/dir/./k` would name another object (`dir/k`).
+    for (const path of ['/objects/b/dir/./file.txt', '/objects/b/dir/%2E', '/objects/b/%2e/k', '/objects/.']) {
+      const res = await rawRequest(base, 'PUT', path, 'x', { 'content-type': 'text/plain' });
+      expect(res.status, `${path}: ${res.body}`).toBe(400);
+      expect(JSON.parse(res.body), path).toMatchObject({ status: 400, code: 'BAD_REQUEST' });
+    }
     // Dots that are no segment of their own pass to the service as written.
     const dotted = await rawRequest(base, 'GET', '/objects/a..b');
     expect(dotted.status).toBe(401);
+    for (const path of ['/objects/.a', '/objects/a./b']) expect((await rawRequest(base, 'GET', path)).status).toBe(401);
+    // Nothing under a service's health: `/health/<service>` alone.
+    for (const path of ['/health/auth/x', '/health/billing/']) {
+      const res = await rawRequest(base, 'GET', path);
+      expect(res.status, path).toBe(404);
+    }
+  });
+
+  it('sends no hop-by-hop header on, and fails none of them as a service not reached', async () => {
+    for (const headers of [
+      { 'keep-alive': 'timeout=5' } as Record<string, string>,
+      { connection: 'keep-alive', upgrade: 'h2c' },
+      { 'proxy-connection': 'keep-alive' },
+      { te: 'gzip' },
+    ]) {
+      const res = await rawRequest(base, 'GET', '/api/v1/pricing/rates', undefined, headers);
+      const what = `${JSON.stringify(headers)}: ${res.status} ${res.body}`;
+      // Served (200), or the engine's own 400: never the gateway's 502 for a service it did reach.
+      expect([200, 400], what).toContain(res.status);
+    }
+  });
+
+  it('answers what it cannot read with a problem and IDs, never a bare error', async () => {
+    for (const [what, text] of [
+      ['a path that is no percent-encoding', 'GET /objects/%zz HTTP/1.1\r\nHost: x\r\n\r\n'],
+      [
+        'two lengths',
+        'POST /api/v1/pricing/calculate HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab',
+      ],
+      [
+        'a length beside chunks',
+        'POST /api/v1/pricing/calculate HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      ],
+    ] as const) {
+      const answer = await rawExchange(base, text);
+      expect(answer.status, `${what}: ${answer.raw}`).toBe(400);
+      expect(answer.headers['content-type'], what).toContain('application/problem+json');
+      expect(JSON.parse(answer.body), what).toMatchObject({ status: 400, code: 'BAD_REQUEST' });
+      expect(answer.headers['x-request-id'], what).toMatch(/^[0-9a-f-]{36}$/);
+    }
   });
 
   it('counts each answer in its own metrics, by upstream, route and status, served to operators only', async () => {

@@ -221,6 +221,51 @@ describe.each(engines)('port hosts through $name', (engine) => {
     expect(seenWith(id)[0]?.headers.host?.toLowerCase()).toBe(shouting.toLowerCase());
   });
 
+  it('keeps the Host, the IDs and the forwarding headers, whatever the caller names in Connection', async () => {
+    const named = 'close, host, x-request-id, x-correlation-id, x-forwarded-for, x-forwarded-host, x-forwarded-proto';
+    const id = `port-named-${randomBytes(4).toString('hex')}`;
+    const answer = await send(base, {
+      host: portHost,
+      path: `/metrics?${id}`,
+      headers: { connection: named, 'x-request-id': id, 'x-correlation-id': id },
+    });
+    // Billing saw the port host (the workload's /metrics), never its own.
+    expect(answer.status).toBe(200);
+    expect(seen.find((s) => s.url === `/metrics?${id}`)?.headers).toMatchObject({
+      host: portHost,
+      'x-request-id': id,
+      'x-correlation-id': id,
+      'x-forwarded-host': portHost,
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-proto': 'http',
+    });
+    // An upgrade's too.
+    const ws = `port-named-ws-${randomBytes(4).toString('hex')}`;
+    const head = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(base).port), '127.0.0.1', () =>
+        socket.write(
+          `GET /ws?${ws} HTTP/1.1\r\nHost: ${portHost}\r\nConnection: Upgrade, host, x-request-id\r\n` +
+            `Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n` +
+            `X-Request-ID: ${ws}\r\n\r\n`,
+        ),
+      );
+      let text = '';
+      socket.on('data', (d: Buffer) => {
+        text += d;
+        if (text.includes('\r\n\r\n')) {
+          socket.destroy();
+          resolve(text);
+        }
+      });
+      socket.on('error', reject);
+    });
+    expect(head).toMatch(/^HTTP\/1\.1 101 /);
+    expect(seen.find((s) => s.url === `/ws?${ws}`)).toMatchObject({
+      upgrade: true,
+      headers: expect.objectContaining({ host: portHost, 'x-request-id': ws }),
+    });
+  });
+
   it("sends the gateway's own paths and every route's prefix on a port host to billing: they are the workload's", async () => {
     for (const rawPath of [
       '/health',

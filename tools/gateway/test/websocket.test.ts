@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import { connect } from 'node:net';
+import { type AddressInfo, connect, type Socket } from 'node:net';
 import { openRawUpgrade } from '@gpu/common/raw-upgrade';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -412,6 +412,58 @@ describe("pnpm start's Node gateway: an upgraded stream's timeouts", () => {
       expect(Date.now() - started).toBeGreaterThanOrEqual(2500);
     } finally {
       await gateway.stop();
+    }
+  });
+
+  it("lets go of the service's connection when the caller leaves before the answer, and streams a refusal of any size", async () => {
+    // A service that never answers an upgrade on /silent, and answers one on /page with a page that does not end.
+    const connections: Socket[] = [];
+    const service = createServer();
+    service.on('upgrade', (req, socket: Socket) => {
+      connections.push(socket);
+      // Read, so that the gateway's end is seen.
+      socket.resume();
+      if (req.url?.startsWith('/api/v1/billing/page')) {
+        socket.write('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n');
+        const chunk = 'x'.repeat(64 * 1024);
+        socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
+      }
+    });
+    await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+    const gateway = await startNodeGatewayHere(
+      everywhere(`http://127.0.0.1:${(service.address() as AddressInfo).port}`),
+    );
+    const upgrade = (path: string) =>
+      `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+      `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`;
+    const port = Number(new URL(gateway.base).port);
+    try {
+      // The caller ends its side (a FIN, no close) while the service is silent: the service's connection goes.
+      const caller = connect(port, '127.0.0.1', () => caller.write(upgrade('/api/v1/billing/silent')));
+      await expect.poll(() => connections.length, { timeout: 10_000 }).toBe(1);
+      caller.end();
+      await expect
+        .poll(() => connections[0]?.destroyed || connections[0]?.readableEnded, { timeout: 10_000 })
+        .toBe(true);
+      caller.destroy();
+
+      // A refusal whose body never ends reaches the caller as it comes (the gateway holds none of it).
+      const reader = connect(port, '127.0.0.1', () => reader.write(upgrade('/api/v1/billing/page')));
+      let got = '';
+      reader.on('data', (d: Buffer) => {
+        got += d;
+      });
+      await expect.poll(() => got.length, { timeout: 10_000 }).toBeGreaterThan(64 * 1024);
+      expect(got).toMatch(/^HTTP\/1\.1 200 /);
+      reader.destroy();
+      // Its caller gone, the gateway lets go of the service too.
+      await expect
+        .poll(() => connections[1]?.destroyed || connections[1]?.readableEnded, { timeout: 10_000 })
+        .toBe(true);
+    } finally {
+      for (const c of connections) c.destroy();
+      await gateway.stop();
+      await new Promise<void>((resolve) => service.close(() => resolve()));
     }
   });
 
