@@ -82,3 +82,10 @@ export const zDuration = () =>
       // Only what the pattern took: its own message says the rest, once.
       when: (payload) => (payload.issues ?? []).length === 0,
     });
+
+/**
+ * A duration of at least `min` (`0s` for an interval would run as fast as the CPU goes; for a timeout it would turn
+ * the timeout off).
+ */
+export const zDurationAtLeast = (min: string) =>
+  zDuration().refine((s) => durationMs(s) >= durationMs(min), { message: `at least ${min}` });

@@ -111,7 +111,7 @@ export {
   roleOf,
 } from './db/roles.ts';
 export { isDependencyDown } from './dependency-errors.ts';
-export { DURATION_PATTERN, durationMs, parseDuration, zDuration } from './duration.ts';
+export { DURATION_PATTERN, durationMs, parseDuration, zDuration, zDurationAtLeast } from './duration.ts';
 export {
   AppError,
   type AppErrorOptions,
@@ -140,6 +140,7 @@ export { headersOf, kindOfStatus, problemOf, statusOf } from './http/problem.ts'
 export { noBody, problemSchema } from './http/problem-schema.ts';
 export { CORRELATION_ID_HEADER, forwardHeaders, REQUEST_ID_HEADER, saneId } from './http/request-context.ts';
 export { ignoringUnknownFields, strictInput } from './http/strict-input.ts';
+export { keepPinging, type Pingable } from './http/ws-liveness.ts';
 export { isStorableJson } from './json-value.ts';
 export { createLogger, type Logger, type LoggerSettings, serviceLogger, withRequestLogger } from './logger.ts';
 export {

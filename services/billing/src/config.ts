@@ -23,6 +23,7 @@ import {
   subjectIdentityShape,
   zBool,
   zDuration,
+  zDurationAtLeast,
   zInt,
 } from '@gpu/common';
 import { Decimal } from 'decimal.js';
@@ -262,6 +263,11 @@ export const billingConfigSchema = z.object({
       max_mib_per_second: zInt(0, 100_000).default(128),
       /** How often the streams' sessions are checked: a stream ends at most this long after its session. */
       check_interval: zDuration().default('500ms'),
+      /**
+       * How often a renter's WebSocket stream is pinged: one whose renter did not answer the last ping is ended
+       * (a renter gone without a word frees the stream's slot and its program within two intervals).
+       */
+      ping_interval: zDurationAtLeast('1s').default('30s'),
       /**
        * The platform's SSH host key for renters' `ssh` (PEM: ECDSA, Ed25519 or RSA; a secret). Empty: one is made
        * once and kept in the database, so every instance serves the same.

@@ -33,7 +33,7 @@ afterEach(() => {
  * The machine: an SSH server whose every program writes to `which` as fast as its window allows (up to 1 GiB); the
  * relay's connection to it, and how many bytes it has written.
  */
-async function machine(which: 'stdout' | 'stderr') {
+async function machine(which: 'stdout' | 'stderr', total = 1024 * MIB) {
   let sent = 0;
   const server = new ssh2.Server({ hostKeys: [pem()] }, (client) => {
     client.on('error', () => {});
@@ -44,7 +44,7 @@ async function machine(which: 'stdout' | 'stderr') {
         channel.on('error', () => {});
         const out = which === 'stdout' ? channel : channel.stderr;
         const pump = () => {
-          while (sent < 1024 * MIB) {
+          while (sent < total) {
             sent += 64 * 1024;
             if (!out.write(Buffer.alloc(64 * 1024, 0x79))) return void out.once('drain', pump);
           }
@@ -100,6 +100,44 @@ async function settled(sent: () => number): Promise<number> {
   return sent();
 }
 
+/** A renter's SSH connection through the relay (`serveRenterSsh`, over `meter`) to machine `m`, and one exec on it. */
+async function renterSsh(m: Awaited<ReturnType<typeof machine>>, meter: ByteMeter) {
+  const renterKey = ssh2.utils.generateKeyPairSync('ed25519');
+  const link = { ssh: m.ssh, closed: new Promise<void>(() => {}) } as unknown as Link;
+  const relay = { exec: () => m.exec() } as unknown as ReachRelay;
+  const url = await relaySide((socket) => {
+    serveRenterSsh(
+      socket,
+      { sessionId: 'session', link },
+      {
+        relay,
+        hostKey: pem(),
+        keys: Promise.resolve([renterKey.public]),
+        logger: createLogger({ service: 'reach-test', instanceId: 't', level: 'silent' }),
+        admit: () => () => {},
+        meter,
+      },
+    );
+  });
+  const socket = new WebSocket(url);
+  // The stream from the start: the relay's SSH server speaks first, maybe in the same read as the upgrade.
+  const sock = createWebSocketStream(socket);
+  const client = new ssh2.Client();
+  client.on('error', () => {});
+  client.connect({
+    sock: sock as never,
+    username: 'renter',
+    privateKey: renterKey.private,
+    hostVerifier: () => true,
+  });
+  await once(client, 'ready');
+  closing.push(() => client.end());
+  const channel = await new Promise<ClientChannel>((resolve, reject) =>
+    client.exec('yes', (err, ch) => (err ? reject(err) : resolve(ch))),
+  );
+  return { socket, client, channel };
+}
+
 describe('a renter who reads nothing', () => {
   for (const which of ['stdout', 'stderr'] as const) {
     it(`holds back a program's ${which} on an exec stream once a bounded amount waits`, async () => {
@@ -117,41 +155,23 @@ describe('a renter who reads nothing', () => {
     });
   }
 
+  it("holds the program's output on the renter's SSH connection to the session's bytes a second", async () => {
+    // 4 MiB at 1 MiB a second (a second's worth at once): about three seconds, however fast the machine writes.
+    const m = await machine('stdout', 4 * MIB);
+    const { channel } = await renterSsh(m, new ByteMeter(MIB));
+    const started = Date.now();
+    let read = 0;
+    channel.on('data', (d: Buffer) => {
+      read += d.length;
+    });
+    await expect.poll(() => read, { timeout: 30_000 }).toBeGreaterThanOrEqual(4 * MIB);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2500);
+  });
+
   for (const forged of [false, true]) {
     it(`holds back a program's output on the renter's SSH connection${forged ? ', whatever window their client grants' : ''}`, async () => {
       const m = await machine('stdout');
-      const renterKey = ssh2.utils.generateKeyPairSync('ed25519');
-      const link = { ssh: m.ssh, closed: new Promise<void>(() => {}) } as unknown as Link;
-      const relay = { exec: () => m.exec() } as unknown as ReachRelay;
-      const url = await relaySide((socket) => {
-        serveRenterSsh(
-          socket,
-          { sessionId: 'session', link },
-          {
-            relay,
-            hostKey: pem(),
-            keys: Promise.resolve([renterKey.public]),
-            logger: createLogger({ service: 'reach-test', instanceId: 't', level: 'silent' }),
-            admit: () => () => {},
-            meter: new ByteMeter(0),
-          },
-        );
-      });
-      const socket = new WebSocket(url);
-      // The stream from the start: the relay's SSH server speaks first, maybe in the same read as the upgrade.
-      const sock = createWebSocketStream(socket);
-      const client = new ssh2.Client();
-      client.on('error', () => {});
-      client.connect({
-        sock: sock as never,
-        username: 'renter',
-        privateKey: renterKey.private,
-        hostVerifier: () => true,
-      });
-      await once(client, 'ready');
-      const channel = await new Promise<ClientChannel>((resolve, reject) =>
-        client.exec('yes', (err, ch) => (err ? reject(err) : resolve(ch))),
-      );
+      const { socket, client, channel } = await renterSsh(m, new ByteMeter(0));
       if (forged) {
         // The renter's own client may grant any window (RFC 4254: up to 2^32 - 1 bytes) and then read nothing.
         const own = channel as unknown as { outgoing: { id: number }; incoming: { window: number } };
@@ -160,7 +180,6 @@ describe('a renter who reads nothing', () => {
         protocol.channelWindowAdjust(own.outgoing.id, 0xffffffff - own.incoming.window);
       }
       socket.pause();
-      closing.push(() => client.end());
       const sent = await settled(m.sent);
       expect(sent).toBeGreaterThan(0);
       expect(sent).toBeLessThan(BOUND);

@@ -3,15 +3,8 @@
  * named by `DAEMON_CONFIG_FILE`, then `DAEMON__SECTION__KEY` variables and the plain names below.
  */
 import os from 'node:os';
-import { durationMs, loadConfig, zDuration, zInt } from '@gpu/common';
+import { loadConfig, zDuration, zDurationAtLeast, zInt } from '@gpu/common';
 import { z } from 'zod';
-
-/**
- * A duration of at least `min` (`0s` for an interval would beat as fast as the CPU goes; for a timeout it would turn
- * every HTTP timeout off and give a stop no time to take the machine off the market).
- */
-const zDurationAtLeast = (min: string) =>
-  zDuration().refine((s) => durationMs(s) >= durationMs(min), { message: `at least ${min}` });
 
 /** A GPU of a simulated machine: what nvidia-smi would report for it. An explicit configuration, never a fallback. */
 const simulatedGpu = z.object({

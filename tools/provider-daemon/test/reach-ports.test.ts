@@ -374,6 +374,29 @@ describe('a server inside the workload, reached through the platform', () => {
       (w) => w.reach.bytes_out > 0 && w.reach.bytes_in > 0,
     );
     expect(counted.reach.bytes_out).toBeGreaterThan(14);
+    // A server whose status HTTP has no place for (999) is a server that did not answer, never the platform's 500.
+    await execIn(r.id, ['sh', '-c', 'cat > /tmp/weird.py'], {
+      input: [
+        'import socket, sys',
+        's = socket.socket()',
+        's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)',
+        "s.bind(('127.0.0.1', int(sys.argv[1])))",
+        's.listen()',
+        'while True:',
+        '    c, _ = s.accept()',
+        '    c.recv(65536)',
+        "    c.sendall(b'HTTP/1.1 999 Weird\\r\\ncontent-length: 2\\r\\n\\r\\nhi')",
+        '    c.close()',
+        '',
+      ].join('\n'),
+    });
+    const weird = await serve(r.id, ['python3', '/tmp/weird.py', '8002'], 8002);
+    for (let i = 0; i < 3; i += 1) {
+      const answer = await curl(`/api/v1/billing/sessions/${r.id}/ports/8002/`, auth);
+      expect(answer.status, answer.body).toBe(502);
+      expect(JSON.parse(answer.body)).toMatchObject({ code: 'PORT_NOT_ANSWERING' });
+    }
+    weird.close();
     server.close();
   });
 

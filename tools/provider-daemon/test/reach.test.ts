@@ -15,7 +15,9 @@ import type { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
 const rig = useWorkloadRig({
-  billing: { reach: { max_streams_per_session: 3, check_interval: '200ms', max_mib_per_second: 1 } },
+  billing: {
+    reach: { max_streams_per_session: 3, check_interval: '200ms', max_mib_per_second: 1, ping_interval: '1s' },
+  },
 });
 const logger = createLogger({
   service: 'reach-test',
@@ -65,7 +67,15 @@ async function exec(
   headers: Record<string, string>,
   sessionId: string,
   argv: string[],
-  opts: { input?: string; tty?: boolean; cols?: number; rows?: number; keepOpen?: (ws: WebSocket) => void } = {},
+  opts: {
+    input?: string;
+    tty?: boolean;
+    cols?: number;
+    rows?: number;
+    keepOpen?: (ws: WebSocket) => void;
+    /** Whether the renter's side answers the platform's pings (as every WebSocket client does by itself). */
+    autoPong?: boolean;
+  } = {},
 ) {
   const q = new URLSearchParams();
   for (const a of argv) q.append('command', a);
@@ -75,9 +85,7 @@ async function exec(
   const ws = new WebSocket(
     `${base.replace(/^http/, 'ws')}/api/v1/billing/sessions/${sessionId}/exec?${q}`,
     ['v5.channel.k8s.io'],
-    {
-      headers,
-    },
+    { headers, autoPong: opts.autoPong ?? true },
   );
   const refused = new Promise<{ status: number; problem: Record<string, unknown> }>((resolve) => {
     ws.once('unexpected-response', (_req, res) => {
@@ -209,6 +217,30 @@ describe('a renter reaches the workload they rent', () => {
       headers: r.headers,
       payload: { session_id: r.id },
     });
+  });
+
+  it('ends a stream whose renter stopped answering pings (gone without a word), and keeps one that answers', async () => {
+    const r = await idleSession();
+    const started = Date.now();
+    const [silent, answering] = await Promise.all([
+      exec(billingUrl, r.headers, r.id, ['sleep', '600'], { keepOpen: () => {}, autoPong: false }),
+      exec(billingUrl, r.headers, r.id, ['sleep', '600'], {
+        // Closed by the renter once the silent one was let go, well past two ping intervals.
+        keepOpen: (ws) => setTimeout(() => ws.close(1000), 6000),
+      }),
+    ]);
+    // Let go within a few intervals of a second; the answering renter's stream stayed until it closed it.
+    expect(silent.code).toBe(1006);
+    expect(answering.code).toBe(1000);
+    expect(Date.now() - started).toBeLessThan(60_000);
+    // The machine's GPU for the tests after.
+    const ended = await rig.billing.app.inject({
+      method: 'POST',
+      url: '/api/v1/billing/end-session',
+      headers: r.headers,
+      payload: { session_id: r.id },
+    });
+    expect(ended.statusCode, ended.body).toBe(200);
   });
 
   it('holds a session to its most streams at once: 429 past them', async () => {

@@ -348,13 +348,25 @@ export async function reachPortRoutes(
         );
       });
     });
+    // A status HTTP has no place for (Node's client takes any three digits; an answer must be 100-599): no answer.
+    const status = res.statusCode ?? 0;
+    if (status < 100 || status > 599) {
+      res.destroy();
+      done();
+      throw new AppError(
+        'dependency_failed',
+        'PORT_NOT_ANSWERING',
+        `the server on port ${port} in the workload answered with status ${status}, which HTTP has not`,
+        { callersOwn: true },
+      );
+    }
     res.on('data', (d: Buffer) => {
       bytesOut += d.length;
     });
     res.once('close', done);
     // The workload's server's answer, whatever its status and type (the checks of answers against the document skip it).
     (reply.raw as unknown as Record<symbol, unknown>)[Symbol.for('gpu.passed-through')] = true;
-    reply.code(res.statusCode ?? 502).headers(answerHeaders(res, connection ? prefix : null));
+    reply.code(status).headers(answerHeaders(res, connection ? prefix : null));
     if (!meter) return reply.send(res);
     const body = metered(meter);
     pipeline(res, body).catch(() => upstream.destroy());

@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type App, AppError, callerOf, kindOfStatus, noBody, zBool, zInt } from '@gpu/common';
+import { type App, AppError, callerOf, durationMs, keepPinging, kindOfStatus, noBody, zBool, zInt } from '@gpu/common';
 import { streamBytes } from '@gpu/common/byte-relay';
 import { acceptRawUpgrade, isRawUpgrade, openRawUpgrade, RAW_UPGRADE, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -384,6 +384,8 @@ export async function reachRoutes(
       return;
     }
     plan.ends.attached = true;
+    // A renter gone without a word lets go of the stream's slot and its program within two intervals.
+    keepPinging(socket, durationMs(config.reach.ping_interval));
     if (plan.kind === 'forward') {
       pipeSockets(socket, plan.upstream);
       plan.ends.end = (reason) => {

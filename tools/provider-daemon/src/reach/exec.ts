@@ -75,7 +75,13 @@ export function startExec(command: EntryCommand, tty: { cols: number; rows: numb
     env: command.env,
   });
   const stdout = new PassThrough();
-  const data = term.onData((d) => stdout.write(d));
+  // Held up while its reader is (the renter's stream): the program waits on its terminal, never the daemon's memory.
+  const data = term.onData((d) => {
+    if (!stdout.write(d)) {
+      term.pause();
+      stdout.once('drain', () => term.resume());
+    }
+  });
   const stdin = new PassThrough();
   const decoder = new StringDecoder('utf8');
   stdin.on('data', (chunk: Buffer) => term.write(decoder.write(chunk)));

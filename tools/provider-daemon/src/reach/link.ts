@@ -19,7 +19,7 @@ import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import path from 'node:path';
 import type { TokenSource } from '@gpu/client';
-import { coalesceWrites, durationMs, type Logger } from '@gpu/common';
+import { coalesceWrites, durationMs, keepPinging, type Logger } from '@gpu/common';
 import { openRawUpgrade, UpgradeRefused } from '@gpu/common/raw-upgrade';
 import ssh2, {
   type AcceptConnection,
@@ -150,24 +150,12 @@ export class ReachLink {
     });
     await Promise.race([once(ws, 'open'), refused]);
     this.deps.logger.info({ provider_id: providerId }, 'reach: connected to the relay');
-    let alive = true;
-    ws.on('pong', () => {
-      alive = true;
-    });
-    const ping = setInterval(() => {
-      if (!alive) {
-        ws.terminate();
-        return;
-      }
-      alive = false;
-      ws.ping();
-    }, PING_MS);
+    keepPinging(ws, PING_MS);
     // One WebSocket frame per turn, not one per piece of each SSH packet.
     this.ssh.injectSocket(coalesceWrites(stream) as never);
     try {
       await once(ws, 'close');
     } finally {
-      clearInterval(ping);
       for (const dialled of this.dialled) dialled.destroy();
       this.deps.logger.info({ provider_id: providerId }, 'reach: the relay connection closed');
     }

@@ -101,9 +101,17 @@ function principalOf(row: PortGrantRow): Principal {
   };
 }
 
-/** Forgets expired links and cookies (a background round); how many went. */
+/** Rows of expired grants deleted in one statement (a round deletes batches until none is left). */
+const GRANT_PURGE_BATCH = 1000;
+
+/** Forgets every expired link and cookie (a background round), a batch at a time; how many went. */
 export async function purgeExpiredGrants(ctx: BillingContext): Promise<number> {
-  return purgeExpiredPortGrants(ctx.db, ctx.now(), 1000);
+  let total = 0;
+  for (;;) {
+    const n = await purgeExpiredPortGrants(ctx.db, ctx.now(), GRANT_PURGE_BATCH);
+    total += n;
+    if (n < GRANT_PURGE_BATCH) return total;
+  }
 }
 
 /** Whether a grant's credential still holds. */

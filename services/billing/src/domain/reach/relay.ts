@@ -228,11 +228,19 @@ export class ReachRelay {
     const before = this.links.get(providerId);
     this.links.set(providerId, link);
     before?.ssh.end();
-    await claimReachLink(
-      this.deps.db,
-      { providerId, instanceId: this.instanceId, url: this.url, linkId: id },
-      new Date(),
-    );
+    try {
+      await claimReachLink(
+        this.deps.db,
+        { providerId, instanceId: this.instanceId, url: this.url, linkId: id },
+        new Date(),
+      );
+    } catch (err) {
+      // Not recorded as held here, so not held at all: the daemon connects again (its link's own retry).
+      if (this.links.get(providerId) === link) this.links.delete(providerId);
+      ssh.end();
+      socket.terminate();
+      throw err;
+    }
     this.deps.logger.info({ provider_id: providerId, link_id: id }, 'reach: a machine connected');
     await closed;
     if (this.links.get(providerId) === link) {

@@ -246,10 +246,18 @@ function meterSocket(socket: WebSocket, meter: ByteMeter): void {
     socket.pause();
     setTimeout(() => socket.resume(), wait);
   });
-  const send = socket.send.bind(socket) as (data: Buffer, options: object, done?: (err?: Error) => void) => void;
-  socket.send = ((data: Buffer, options: object, done?: (err?: Error) => void) => {
+  type Done = (err?: Error) => void;
+  const send = socket.send.bind(socket) as (data: Buffer, options: object, done?: Done) => void;
+  // Called as send(data, done) too (ws's stream over the socket does): the callback is then the second argument.
+  socket.send = ((data: Buffer, options?: object | Done, done?: Done) => {
+    const callback = typeof options === 'function' ? (options as Done) : done;
+    const sendOptions = typeof options === 'function' ? {} : (options ?? {});
     const wait = meter.take(data.length);
-    send(data, options, wait === 0 || !done ? done : (err?: Error) => setTimeout(() => done(err), wait));
+    send(
+      data,
+      sendOptions,
+      wait === 0 || !callback ? callback : (err?: Error) => setTimeout(() => callback(err), wait),
+    );
   }) as typeof socket.send;
 }
 
