@@ -2,7 +2,7 @@
  * What the Node gateway writes itself, the same for an ordinary request (gateway.ts, through @fastify/http-proxy) and
  * a WebSocket upgrade (upgrade.ts, on the raw socket): the headers a service is sent, and the gateway's own problems.
  */
-import { STATUS_CODES } from 'node:http';
+import { type IncomingHttpHeaders, STATUS_CODES } from 'node:http';
 import { AppError } from '@gpu/common/errors';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
 import { tracingOn } from '@gpu/common/tracing';
@@ -28,6 +28,26 @@ export const callerOf = (request: FastifyRequest): Caller => ({
   requestId: request.id,
   correlationId: String(request.headers['x-correlation-id']),
 });
+
+/** Headers of one hop (RFC 9110 7.6.1), never passed on either way; `Transfer-Encoding` is node:http's to write. */
+const CONNECTION_HEADERS = [
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'upgrade',
+  'transfer-encoding',
+];
+
+/** `headers` without the hop-by-hop ones, those its `Connection` names too, and `also`. */
+export function endToEnd(headers: IncomingHttpHeaders, also: readonly string[] = []): Record<string, unknown> {
+  const named = String(headers.connection ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase());
+  const dropped = new Set([...CONNECTION_HEADERS, ...named, ...also]);
+  return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name)));
+}
 
 /**
  * Headers of one hop (RFC 9110 7.6.1) that no service is sent (node:http and undici frame each request themselves, and
@@ -82,18 +102,20 @@ export function gatewayProblem(
 }
 
 /**
- * Whether a path has a `.` or `..` segment, plain or percent-encoded (`%2e`, `..%2f`): such a path is never forwarded
- * (a 400 problem). @fastify/reply-from would resolve it (`/objects/b/./k` reaching storage as `/objects/b/k`, another
- * object), nginx chooses its location by the resolved path; object keys with such segments are reached at the
- * storage service itself.
+ * Whether a path has a dot segment that a gateway would resolve or route by: `..`, plain or percent-encoded, between
+ * slashes plain or encoded (`%2e%2e`, `..%2f`: nginx chooses its location by the resolved path), or `.` (`%2e`)
+ * between plain slashes (@fastify/reply-from resolves it: `/objects/b/dir/./k` would reach storage as
+ * `/objects/b/k`, another object). Such a path is never forwarded (a 400 problem); a key whose slashes are encoded
+ * (`runs%2F.%2Fx`, as the client sends keys) is one segment and passes. Object keys with dot segments are reached at
+ * the storage service itself.
  */
 export function hasDotSegment(path: string): boolean {
+  let decoded: string;
   try {
-    return decodeURIComponent(path)
-      .replaceAll('\\', '/')
-      .split('/')
-      .some((segment) => segment === '.' || segment === '..');
+    decoded = decodeURIComponent(path);
   } catch {
     return true;
   }
+  if (decoded.replaceAll('\\', '/').split('/').includes('..')) return true;
+  return path.split(/[/\\]/).some((segment) => segment.replace(/%2e/gi, '.') === '.');
 }

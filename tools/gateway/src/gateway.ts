@@ -30,7 +30,7 @@
  *   goes to billing with its path, query and Host as sent, none of the above routes applying (port-hosts.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { type IncomingMessage, STATUS_CODES } from 'node:http';
+import { type IncomingHttpHeaders, type IncomingMessage, STATUS_CODES } from 'node:http';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import proxy from '@fastify/http-proxy';
@@ -39,7 +39,7 @@ import { correlationIdOf, saneId } from '@gpu/common/request-context';
 import { RequestLogController } from '@gpu/common/request-logging';
 import { traceFields, tracingHooks } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { callerOf, forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
+import { callerOf, endToEnd, forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { forwardPortHosts, portHostUrl } from './port-hosts.ts';
 import { bodyLimitOf, hostKindOf, PORT_HOST_SERVICE, ROUTES, type Service } from './routes.ts';
@@ -250,6 +250,8 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     const replyOptions = {
       rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) =>
         forwardedHeaders(callerOf(req), headers, host),
+      // The service's answer without its hop's headers (its Connection and Keep-Alive are not the caller's).
+      rewriteHeaders: (headers: IncomingHttpHeaders) => endToEnd(headers),
       // No retries of the gateway's own: the caller's client retries what is safe to.
       retryDelay: () => null,
       onError: (

@@ -21,7 +21,7 @@ import { Agent, request as httpRequest, type IncomingHttpHeaders, type IncomingM
 import { tracingOn } from '@gpu/common/tracing';
 import { context, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { callerOf, forwardedHeaders } from './forwarding.ts';
+import { callerOf, endToEnd, forwardedHeaders } from './forwarding.ts';
 import { hostKindOf, PORT_HOST, PORT_HOST_SERVICE } from './routes.ts';
 
 /** Where the gateway routes a port host's requests (a path no caller reaches on any other host: see `portHostUrl`). */
@@ -38,18 +38,6 @@ export function portHostUrl(req: { url?: string; headers: IncomingHttpHeaders })
   if (kind === 'port-host') return PORT_HOST_PATH;
   if (kind === 'not-a-port-host') return NOT_A_PORT_HOST_PATH;
   return req.url ?? '/';
-}
-
-/** Headers of one hop (RFC 9110 7.6.1), never passed on either way; `Transfer-Encoding` is node:http's to write. */
-const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding'];
-
-/** `headers` without the hop-by-hop ones, those its `Connection` names too, and `also`. */
-function endToEnd(headers: IncomingHttpHeaders, also: readonly string[] = []): Record<string, unknown> {
-  const named = String(headers.connection ?? '')
-    .split(',')
-    .map((h) => h.trim().toLowerCase());
-  const dropped = new Set([...HOP_BY_HOP, ...named, ...also]);
-  return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name)));
 }
 
 export interface PortHostSettings {

@@ -11,8 +11,8 @@
  *   under `ports.` that is no port host gets the gateway's 404, as an ordinary request there.
  * - A path no service takes (a SERVICE_ONLY one included) and the gateway's own paths get exactly what an ordinary
  *   request there gets (the gateway answers it as one, through its own routes: a 404 `ROUTE_NOT_FOUND`, `/health`),
- *   written on the raw socket and the connection closed. A path with a `..` segment, plain or percent-encoded, is a
- *   400 problem (`BAD_REQUEST`), as under a service's prefix for ordinary requests, wherever it lies.
+ *   written on the raw socket and the connection closed. A path with a dot segment (forwarding.ts `hasDotSegment`) is
+ *   a 400 problem (`BAD_REQUEST`), as for ordinary requests, wherever it lies.
  * - An upgrade to anything else (`h2c`, ...) is a 400 problem (`BAD_REQUEST`), as is `tcp` on a port host (a browser's
  *   origin takes WebSockets only). A raw stream keeps TCP's half-close: either side's end passes as the other's.
  * - A service that cannot be reached is a 502 problem (`BAD_GATEWAY`), one that does not answer the upgrade within
@@ -245,11 +245,14 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       app.log.warn({ reqId: id, service, err: err.message }, 'service not reached');
       fail(502, 'BAD_GATEWAY', `${service} did not answer`);
     });
-    // What the caller sends before the answer (a raw stream's first bytes) waits here, up to EARLY_BYTES_MAX, for the
-    // 101; its end before the answer, like its close, is a caller gone (an HTTP server's socket is half-open: its
-    // close would not come), so the call to the service goes too, and nothing is counted.
+    // What the caller sends before the answer (a raw stream's first bytes) waits here for the 101; past
+    // EARLY_BYTES_MAX the caller is held back (its socket paused: TCP carries the wait). A WebSocket caller's end
+    // before the answer, like its close, is a caller gone (an HTTP server's socket is half-open: its close would not
+    // come), and the call to the service goes too, nothing counted; a raw stream's end is its half-close, passed on
+    // after the 101 (the service's answer may still come back), its wait bounded by `answerTimeout`.
     const early: Buffer[] = [];
     let earlyBytes = 0;
+    let callerEnded = false;
     const gone = () => {
       if (answered) return;
       answered = true;
@@ -258,12 +261,16 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       socket.destroy();
     };
     const onEarly = (chunk: Buffer) => {
+      early.push(chunk);
       earlyBytes += chunk.length;
-      if (earlyBytes > EARLY_BYTES_MAX) gone();
-      else early.push(chunk);
+      if (earlyBytes > EARLY_BYTES_MAX) (socket as Socket).pause();
+    };
+    const onEarlyEnd = () => {
+      if (token === 'tcp') callerEnded = true;
+      else gone();
     };
     socket.on('data', onEarly);
-    socket.once('end', gone);
+    socket.once('end', onEarlyEnd);
     socket.once('close', gone);
     let upgraded = false;
     // The service declined (its 401 problem, a 404, a 426, or a workload's page on a port host): its answer passes as
@@ -291,13 +298,15 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       );
       res.pipe(socket);
       res.on('error', () => socket.destroy());
-      // The caller gone (its end is seen, as before the answer; its close may never come): the service's answer too.
+      // The caller gone (a WebSocket caller's end is seen, as before the answer; its close may never come): the
+      // service's answer too. What it sends meanwhile is read and dropped, so that its end is seen.
       const leave = () => {
         res.destroy();
         socket.destroy();
       };
-      socket.once('end', leave);
+      if (token !== 'tcp') socket.once('end', leave);
       socket.once('close', leave);
+      (socket as Socket).resume();
       finish(status);
     });
     outgoing.on('upgrade', (res, upstreamSocket: Socket, upstreamHead: Buffer) => {
@@ -310,7 +319,7 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       upgraded = true;
       // The caller's first bytes go first, then its stream.
       socket.off('data', onEarly);
-      socket.off('end', gone);
+      socket.off('end', onEarlyEnd);
       (socket as Socket).pause();
       const status = res.statusCode ?? 101;
       const kept = Object.fromEntries(
@@ -320,6 +329,8 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       if (upstreamHead.length > 0) socket.write(upstreamHead);
       if (bodyHead.length > 0) upstreamSocket.write(bodyHead);
       for (const chunk of early) upstreamSocket.write(chunk);
+      // A raw stream's caller that half-closed before the 101: its end follows its bytes.
+      if (callerEnded) upstreamSocket.end();
       upstreamSocket.setNoDelay(true);
       (socket as Socket).setNoDelay?.(true);
       // A raw stream's half-close passes (the caller's end, then the service's answer still coming back).

@@ -392,6 +392,29 @@ describe.each(engines)('port hosts through $name', (engine) => {
     }
   });
 
+  it("sends no hop-by-hop header on either way, and keeps the caller's Connection: close", async () => {
+    for (const host of [portHost, 'localhost']) {
+      const id = `hop-${randomBytes(4).toString('hex')}`;
+      const answer = await send(base, {
+        host,
+        path: `/api/v1/pricing/hop?${id}`,
+        headers: {
+          'x-request-id': id,
+          connection: 'close',
+          'keep-alive': 'timeout=5',
+          'proxy-connection': 'keep-alive',
+          te: 'gzip',
+        },
+      });
+      expect(answer.status, host).toBe(200);
+      const got = seen.find((s) => s.url === `/api/v1/pricing/hop?${id}`)?.headers ?? {};
+      for (const name of ['keep-alive', 'proxy-connection', 'te']) expect(got[name], `${host} ${name}`).toBeUndefined();
+      // The service's own keep-alive (node:http's Keep-Alive: timeout=5) is its hop's: the caller asked for a close.
+      expect(answer.headers['keep-alive'], host).toBeUndefined();
+      expect(answer.headers.connection, host).toBe('close');
+    }
+  });
+
   it("counts a port host's requests as billing's, under one route", async () => {
     await send(base, { host: portHost, path: '/counted' });
     const series = 'gateway_requests_total{upstream="billing",method="GET",route="port-host",status_code="200"}';

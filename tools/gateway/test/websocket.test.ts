@@ -467,6 +467,55 @@ describe("pnpm start's Node gateway: an upgraded stream's timeouts", () => {
     }
   });
 
+  it("passes a raw stream's bytes and half-close sent before a late 101, 200 KiB of them too", async () => {
+    // A service that answers the upgrade 300 ms late, then upper-cases what it gets and answers its end.
+    const service = createServer();
+    let received = 0;
+    service.on('upgrade', (_req, socket: Socket) => {
+      setTimeout(() => {
+        socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n');
+        socket.on('data', (d: Buffer) => {
+          received += d.length;
+          if (d.length < 100) socket.write(d.toString().toUpperCase());
+        });
+        socket.once('end', () => socket.end('\nyour end came\n'));
+      }, 300);
+    });
+    await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+    const gateway = await startNodeGatewayHere(
+      everywhere(`http://127.0.0.1:${(service.address() as AddressInfo).port}`),
+    );
+    const port = Number(new URL(gateway.base).port);
+    const raw = (body: Buffer) =>
+      new Promise<string>((resolve, reject) => {
+        const caller = connect(port, '127.0.0.1', () => {
+          caller.write(
+            'GET /api/v1/billing/tcp HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n',
+          );
+          caller.end(body);
+        });
+        let text = '';
+        caller.on('data', (d: Buffer) => {
+          text += d;
+        });
+        caller.on('close', () => resolve(text));
+        caller.on('error', reject);
+      });
+    try {
+      const answer = await raw(Buffer.from('hello'));
+      expect(answer).toMatch(/^HTTP\/1\.1 101 /);
+      expect(answer).toContain('HELLO');
+      expect(answer).toContain('your end came');
+      received = 0;
+      const big = await raw(Buffer.alloc(200 * 1024, 0x61));
+      expect(big).toContain('your end came');
+      expect(received).toBe(200 * 1024);
+    } finally {
+      await gateway.stop();
+      await new Promise<void>((resolve) => service.close(() => resolve()));
+    }
+  });
+
   it('closes open streams when it stops, rather than wait for them', async () => {
     const gateway = await startNodeGatewayHere(everywhere(backend.url));
     const client = await open(`${gateway.base.replace(/^http/, 'ws')}/api/v1/provider/daemon`);
