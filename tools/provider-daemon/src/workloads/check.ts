@@ -122,8 +122,9 @@ async function diskCheck(
 
 /** The disk allowance of the disk check. */
 const DISK_CHECK_BYTES = 16 * 1024 * 1024;
-/** MB of the disk of each of the other checks' workloads. */
+/** MB and files of the disk of each of the other checks' workloads. */
 const CHECK_DISK_MB = 64;
+const CHECK_DISK_FILES = 16_384;
 
 const sameSet = (a: string[], b: string[]) => a.length === b.length && a.every((x) => b.includes(x));
 
@@ -161,7 +162,10 @@ export async function checkGpuIsolation(opts: {
     cgroup?: WorkloadCgroup,
     image?: string,
     // The device checks' disks are small: each is reserved on the machine's disk in full (disk.ts).
-    limits = workloadLimits(settings, Math.min(settings.disk_mb, CHECK_DISK_MB)),
+    limits = {
+      ...workloadLimits(settings, Math.min(settings.disk_mb, CHECK_DISK_MB)),
+      diskFiles: Math.min(settings.disk_files, CHECK_DISK_FILES),
+    },
   ) => {
     const dir = path.join(root, `s${n++}`);
     const logDir = path.join(dir, 'logs');

@@ -66,9 +66,10 @@ const BYTES_PER_ALLOWED_BYTE = 3;
 /**
  * The MB of disk each workload can have on this machine, one running on each of its `gpus` GPUs at once: the disk
  * under `runDir` (free, and what the workloads' filesystems already hold there), less what the machine keeps for
- * itself, shared by the GPUs at three bytes of disk per byte allowed (BYTES_PER_ALLOWED_BYTE).
+ * itself and each filesystem's inode table (`diskFiles` inodes), shared by the GPUs at three bytes of disk per byte
+ * allowed (BYTES_PER_ALLOWED_BYTE).
  */
-export function diskShareMb(runDir: string, gpus: number): number {
+export function diskShareMb(runDir: string, gpus: number, diskFiles: number): number {
   let dir = path.resolve(runDir);
   while (!existsSync(dir)) dir = path.dirname(dir);
   const disk = statfsSync(dir);
@@ -85,8 +86,8 @@ export function diskShareMb(runDir: string, gpus: number): number {
   } catch {
     // No run directory yet: nothing held.
   }
-  const room = disk.bavail * disk.bsize + held - KEPT_BYTES;
-  return Math.max(0, Math.floor(room / BYTES_PER_ALLOWED_BYTE / Math.max(1, gpus) / (1024 * 1024)));
+  const perGpu = (disk.bavail * disk.bsize + held - KEPT_BYTES) / Math.max(1, gpus) - diskFiles * INODE_BYTES;
+  return Math.max(0, Math.floor(perGpu / BYTES_PER_ALLOWED_BYTE / (1024 * 1024)));
 }
 
 /** The paths of a session's disk under its directory. */

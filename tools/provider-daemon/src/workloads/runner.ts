@@ -657,7 +657,7 @@ export class WorkloadRunner {
   diskMb(gpus: number): number {
     if (this.diskAllowanceMb !== undefined) return this.diskAllowanceMb;
     const configured = this.settings.disk_mb;
-    const share = diskShareMb(this.settings.run_dir, gpus);
+    const share = diskShareMb(this.settings.run_dir, gpus, this.settings.disk_files);
     if (share < MIN_DISK_MB) {
       throw new Error(
         `the disk under workloads.run_dir (${path.resolve(this.settings.run_dir)}) has room for ${share} MB a workload on each of the machine's ${gpus} GPUs: free some of it`,
