@@ -42,7 +42,8 @@ const { values } = parseArgs({
 const runs = Number(values.runs);
 const cwd = path.resolve(values.cwd);
 const firstStart = values['first-start'];
-const portBase = process.env.PLATFORM_PORT_BASE ?? '28100';
+// Empty counts as unset, as for every PLATFORM_* setting (scripts/lib/platform.ts).
+const portBase = process.env.PLATFORM_PORT_BASE || '28100';
 const ports = platformPorts({ PLATFORM_PORT_BASE: portBase });
 const SERVICES = {
   auth: ports.auth,

@@ -27,17 +27,28 @@
  *     a server started in it with `gpu exec` (the stream left open) serves the page through the gateway
  *     (`/api/v1/billing/sessions/{id}/ports/8000/`, the renter's token) and as a browser does (`gpu open`: a
  *     one-time link to the port's own address, its cookie), the workload counts the bytes, and
- *     `gpu end` cuts the stream. The provider's earnings of all five sessions are paid out on chain; the registry
- *     shows the machine idle again.
- *  8. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
- *     platform fee (5 %), the payouts are the earnings, each renter's wallet is what they deposited less their
- *     rentals and storage charges, and each on-chain balance (the renters' addresses, the payout address, the
- *     treasury) matches. Exit status 0 only when every line holds.
- *  9. Jobs: the provider brings a second machine; the renter submits a job that names what it needs, not where
+ *     `gpu end` cuts the stream.
+ *  8. Interruptible: the provider lets the machine take bids (from 50 tokens per GPU-hour); the renter runs a job on
+ *     all 8 GPUs at a bid of 60 (`gpu run --bid`, capped) and raises it to 70 (`gpu bid`). The second renter rents 4
+ *     GPUs on demand: none is free, so the bid's GPUs are taken back at once, with notice; the job finds the notice
+ *     (its file, then SIGTERM), saves and exits, `gpu run` says it was preempted (exit status 1), and the bid session
+ *     is billed its one started minute at the raised bid, nothing after the notice. The provider's earnings of all
+ *     seven sessions are paid out on chain (the demo waits until no payout is under way or due); the registry shows
+ *     the machine idle again.
+ *  9. Reconciliation, read back from billing and the chain: for each session renter paid = provider earned +
+ *     platform fee (5 %), the payouts total the earnings (one too many, or too large, fails), each renter's wallet is
+ *     what they deposited less their rentals and storage charges, and each on-chain balance (the renters'
+ *     addresses, the payout address, the treasury) matches. Exit status 0 only when every line holds.
+ * 10. Jobs: the provider brings a second machine; the renter submits a job that names what it needs, not where
  *     (`gpu jobs submit`), and follows it (`gpu jobs logs -f`). Its machine is lost mid-job (its daemon killed with
  *     SIGKILL, the workload with it); once the registry takes the silent machine for offline (90 s under pnpm
  *     start), the job runs on the other machine from its last checkpoint and succeeds, the renter paying both
  *     attempts' running minutes and nothing more.
+ *
+ * At its end, and on Ctrl-C (SIGINT) or SIGTERM too (then with exit status 130 or 143), it stops what it started
+ * (its daemons and `gpu` runs, each holding a lifeline from it, so that none outlives even a `kill -9` of it),
+ * removes its own folder (the daemons' configurations, their secrets in them), takes its machines off the market and
+ * revokes their daemons' credentials, once.
  *
  * Every step talks to the services over HTTP with the typed client (@gpu/client), as a user's program would, through
  * the platform's one origin, the gateway (`pnpm start`'s at PLATFORM_PORT_BASE+10, or GATEWAY_URL); so does the
@@ -50,11 +61,15 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import http from 'node:http';
 import { constants as osConstants, tmpdir } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import {
   authClient,
   billingClient,
+  clientCredentials,
+  machineCredentials,
   objectStore,
   registryClient,
+  TokenRequestError,
   type TokenSource,
   unwrap,
   userLogin,
@@ -65,8 +80,9 @@ import { getAssociatedTokenAddressSync } from '@solana/spl-token';
 import { Connection, Keypair, PublicKey } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { uploadFile } from '../tools/provider-daemon/src/upload.ts';
+import { jwksHoldsFolderKey, signUpRateLimited, usageResumeTimeoutMs } from './lib/demo-checks.ts';
 import { DEMO_MINUTES, JOB_TERMS, standsFor } from './lib/demo-commands.ts';
-import { type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
+import { payoutsSettled, type RenterFigures, reconcile } from './lib/demo-reconcile.ts';
 import { localMint as dataFolderMint, fund } from './lib/faucet.ts';
 import { readCaughtMail } from './lib/mail-catcher.ts';
 import { platformDataDir, platformHost, platformPorts, repoRoot } from './lib/platform.ts';
@@ -80,7 +96,7 @@ ${DEMO_MINUTES} minutes, a minute and a half of it the registry's wait for a sil
 through the gateway, each followed by the gpu command it stands for, and reconciles the money. At its end it takes
 its machines off the market and revokes their daemons' credentials, names what stays in the data folder (the
 accounts, their money's history, the renter's objects), and its last line is DEMO OK {...}, exit status 0 only when
-every figure holds.
+every figure holds. Ctrl-C (or SIGTERM) stops it with the same clean-up, exit status 130 (143).
 Uses the platform pnpm start runs, or starts one (and stops it at the end). Takes no arguments; its settings are
 environment variables:
 
@@ -177,21 +193,25 @@ const healthy = async () => {
   return (await Promise.all(paths.map(up))).every(Boolean);
 };
 
-/** The platform: the one already running, or `pnpm start` started here (and stopped at the end). */
-async function platform(): Promise<ChildProcess | null> {
+/** The platform: the one already running, or `pnpm start` started here (`platformChild`, stopped at the end). */
+async function platform(): Promise<void> {
   if (await healthy()) {
     say('platform', `using the one running behind the gateway at ${urls.gateway}`, standsFor('startPlatform'));
-    return null;
+    return;
   }
   say('platform', 'not running: starting it', standsFor('startPlatform'));
-  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it. Its
-  // output is passed on as it comes.
+  // With a lifeline from this process: a demo killed (even with SIGKILL) takes the platform it started with it. In a
+  // process group of its own, so that a Ctrl-C at the terminal reaches the demo alone, which tidies up on the
+  // platform before it stops it. Its output is passed on as it comes.
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...lifelineEnv(2 * STOP_TIMEOUT_MS) },
     stdio: ['ignore', 'pipe', 'inherit', 'pipe'],
+    detached: true,
   });
   child.stdio[LIFELINE_FD]?.on('error', () => {});
+  platformChild = child;
+  children.push(child);
   // Up when it says so (`[start] up`, once every port of it opened): asked before, the gateway would answer 502 for
   // services not listening yet, which it logs as failures on the terminal.
   let up = false;
@@ -214,13 +234,16 @@ async function platform(): Promise<ChildProcess | null> {
     if (child.exitCode !== null) throw new Error('pnpm start failed: see its output above');
     throw err;
   });
-  return child;
 }
 
 /**
  * What the demo reads from the data folder, checked before it creates anything: the local chain's mint and its
- * authority's keypair (the faucet) and the gateway's machine client, all of the platform that answers. A data folder of another
- * platform (PLATFORM_DATA_DIR not the running `pnpm start`'s) fails here, naming the folder, rather than midway.
+ * authority's keypair (the faucet), of the platform that answers. The mint alone tells no data folder from another
+ * (every local chain makes the same one, from fixed seeds), so the folder must also hold what only the running
+ * platform's has: the key its auth service signs tokens with (made in `auth/` at the first start, published in its
+ * JWKS) or, where it signs with none of the folder's (HS256, a key of the user's), the platform's machine client
+ * (`auth/clients/platform.json`), whose secret that auth service alone takes. A data folder of another platform
+ * (PLATFORM_DATA_DIR not the running `pnpm start`'s) fails here, naming the folder, rather than midway.
  */
 async function checkDataFolder() {
   const whose = `PLATFORM_DATA_DIR (${data}) must be the data folder of the pnpm start running at ${urls.auth}`;
@@ -233,7 +256,33 @@ async function checkDataFolder() {
       `billing takes deposits of the token ${mint}, the data folder's chain made ${localMint().mint}: ${whose}`,
     );
   }
-  say('data folder', `${data} is the running platform's (token ${mint})`);
+  const authDir = path.join(data, 'auth');
+  const jwks = unwrap(await authClient({ baseUrl: urls.auth }).GET('/.well-known/jwks.json'));
+  if (jwksHoldsFolderKey(authDir, jwks.keys as Record<string, unknown>[])) {
+    say('data folder', `${data} is the running platform's (it signs tokens with the folder's key; token ${mint})`);
+    return;
+  }
+  const clientFile = path.join(authDir, 'clients', 'platform.json');
+  let refused = 'the folder holds none';
+  if (existsSync(clientFile)) {
+    const client = clientCredentials({ authUrl: urls.auth, ...machineCredentials({ credentialsFile: clientFile }) });
+    refused = await client.get().then(
+      () => '',
+      (err: Error) => {
+        if (err instanceof TokenRequestError) return err.message;
+        throw err;
+      },
+    );
+  }
+  if (refused) {
+    throw new Error(
+      `the running platform signs tokens with no key of the data folder, nor takes its platform client (${refused}): ${whose}`,
+    );
+  }
+  say(
+    'data folder',
+    `${data} is the running platform's (its auth service takes the folder's platform client; token ${mint})`,
+  );
 }
 
 /** A new user of the auth service with `roles`, logged in. */
@@ -241,7 +290,11 @@ async function signUp(role: 'provider' | 'renter', as: string = role) {
   const email = `demo-${role}-${randomBytes(4).toString('hex')}@example.com`;
   const password = `Demo-${randomBytes(12).toString('base64url')}-9!`;
   const auth = authClient({ baseUrl: urls.auth });
-  const { user } = unwrap(await auth.POST('/api/v1/auth/register', { body: { email, password, roles: [role] } }));
+  const registered = await auth.POST('/api/v1/auth/register', { body: { email, password, roles: [role] } });
+  // Auth's sign-ups per address: said in words, with what to do, rather than as a bare 429.
+  if (registered.response.status === 429)
+    throw new Error(signUpRateLimited(registered.response.headers.get('retry-after')));
+  const { user } = unwrap(registered);
   const token: TokenSource = userLogin({ authUrl: urls.auth, email, password });
   await token.get();
   made.accounts.push(email);
@@ -364,15 +417,43 @@ function registeredBy(daemon: ChildProcess, stateFile: string, who: string): Pro
   );
 }
 
+/**
+ * The end of a lifeline from this process (scripts/lib/lifeline.ts), preloaded into each program the demo runs (its
+ * daemons, `gpu`) as `pnpm start`'s supervisor preloads it into its children: when the demo is gone, however it went
+ * (SIGKILL too), each stops as on SIGTERM, and is killed with what it started STOP_TIMEOUT_MS later.
+ */
+const lifeline = pathToFileURL(path.join(repoRoot, 'scripts/lib/lifeline.ts')).href;
+
+/**
+ * Starts a TypeScript program of the checkout (`script`) as the demo's child: with its lifeline on descriptor
+ * LIFELINE_FD, in a process group of its own (a Ctrl-C at the terminal reaches the demo alone, which stops its
+ * children in order: `stopChildren`). Refused once the demo is finishing, so that nothing starts behind its clean-up.
+ */
+function spawnProgram(
+  script: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  stdio: ('ignore' | 'inherit' | 'pipe')[],
+) {
+  if (finishing) throw new Error('the demo is stopping');
+  const child = spawn(process.execPath, ['--import', 'tsx', '--import', lifeline, script, ...args], {
+    cwd: repoRoot,
+    env: { ...env, ...lifelineEnv(STOP_TIMEOUT_MS) },
+    stdio: [...stdio, 'pipe'],
+    detached: true,
+  });
+  child.stdio[LIFELINE_FD]?.on('error', () => {});
+  children.push(child);
+  return child;
+}
+
 /** Spawns the reference provider daemon with its configuration file. */
 function spawnDaemon(configFile: string): ChildProcess {
-  const daemon = spawn(process.execPath, ['--import', 'tsx', 'tools/provider-daemon/src/main.ts'], {
-    cwd: repoRoot,
-    env: { ...process.env, DAEMON_CONFIG_FILE: configFile },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  children.push(daemon);
-  return daemon;
+  return spawnProgram('tools/provider-daemon/src/main.ts', [], { ...process.env, DAEMON_CONFIG_FILE: configFile }, [
+    'ignore',
+    'inherit',
+    'inherit',
+  ]);
 }
 
 /** The session as billing shows it to `renter` now. */
@@ -708,12 +789,13 @@ interface GpuRun {
  */
 function gpu(who: { email: string }, args: string[], opts: { input?: string; keepInput?: boolean; env?: object } = {}) {
   const { GPU_API_KEY: _ignored, ...env } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'tools/cli/src/main.ts', ...args], {
-    cwd: repoRoot,
-    env: { ...env, GPU_URL: urls.gateway, GPU_CONFIG_DIR: path.join(work, `gpu-${who.email}`), ...opts.env },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  children.push(child);
+  const child = spawnProgram(
+    'tools/cli/src/main.ts',
+    args,
+    { ...env, GPU_URL: urls.gateway, GPU_CONFIG_DIR: path.join(work, `gpu-${who.email}`), ...opts.env },
+    ['pipe', 'pipe', 'pipe'],
+  );
+  if (!child.stdout || !child.stderr || !child.stdin) throw new Error('gpu started without its pipes');
   const seen = { stdout: '', stderr: '' };
   child.stdout.on('data', (d: Buffer) => {
     seen.stdout += String(d);
@@ -1119,8 +1201,7 @@ async function jobScene(renter: Renter, daemons: Map<string, ChildProcess>) {
 }
 
 async function main() {
-  platformChild = await platform();
-  if (platformChild) children.push(platformChild);
+  await platform();
   await checkDataFolder();
   const connection = new Connection(urls.rpc, 'finalized');
 
@@ -1158,7 +1239,8 @@ async function main() {
     heartbeat_interval: '2s',
     gpu: { source: 'simulated', simulated_gpus: Array.from({ length: 8 }, () => h100) },
     // Renters' workloads run in the sandbox here (the demo's folder lets their users through to it, as /var/lib would).
-    workloads: { run_dir: path.join(work, 'workloads'), stop_grace: '2s' },
+    // Each workload's disk is reserved on this machine's disk in full while it runs: the demo's need little.
+    workloads: { run_dir: path.join(work, 'workloads'), stop_grace: '2s', disk_mb: 1024, disk_files: 65_536 },
   };
   chmodSync(work, 0o711);
   ensureSandbox();
@@ -1351,6 +1433,8 @@ async function main() {
   say('daemon killed (SIGKILL) mid-session', `last usage at ${usage.last_usage_at}`, standsFor('killDaemon'));
   await sleep(3000);
   daemon = spawnDaemon(configFile);
+  // Billing applies one report per session and minute of the clock: the restarted daemon's first to count is the next
+  // minute's, up to a minute away, and a loaded machine restarts it slowly (usageResumeTimeoutMs).
   const resumed = await until(
     'usage reports from the restarted daemon',
     async () => {
@@ -1358,7 +1442,7 @@ async function main() {
       const u = await sessionOf(renter, sessionId);
       return u.last_usage_at && Date.parse(u.last_usage_at) > killedAt ? u : undefined;
     },
-    60_000,
+    usageResumeTimeoutMs(killedAt),
   );
   say(
     'daemon restarted: same machine, the running session found, usage resumed',
@@ -1419,7 +1503,9 @@ async function main() {
   const earned = records.reduce((sum, r) => sum.add(r.provider_earnings), new Decimal(0));
   // Automatic payouts run at a session's end and every reconcile interval (30 s under pnpm start), then wait for the
   // chain: what billing reports (the earnings left, each payout and its status, a failure it will retry) moves at each
-  // step, and the wait lasts while it does (a minute of nothing is three intervals, however loaded the machine).
+  // step, and the wait lasts while it does (a minute of nothing is three intervals, however loaded the machine). It
+  // ends once no payout is under way or due (payoutsSettled), whatever they add up to: the reconciliation below
+  // compares the payouts with the earnings, so that one too many or too large is a FAIL line, not an endless wait.
   const payouts = await untilProgress(
     "the automatic payouts of every session's earnings",
     async () => {
@@ -1439,7 +1525,6 @@ async function main() {
         }),
       );
       const paid = list.filter((t) => t.status === 'confirmed');
-      const total = paid.reduce((sum, t) => sum.add(t.amount), new Decimal(0));
       const state = JSON.stringify({
         earned: earned.toFixed(),
         earnings: earnings,
@@ -1447,7 +1532,7 @@ async function main() {
         last_failure: setting.last_failure,
         next_attempt_at: setting.next_attempt_at,
       });
-      return { done: total.eq(earned) ? paid : undefined, state };
+      return { done: payoutsSettled({ decimals, earnings, payouts: list }) ? paid : undefined, state };
     },
     60_000,
     300_000,
@@ -1582,14 +1667,24 @@ async function main() {
   };
 }
 
-/** Stops what the demo started (the daemons, `gpu` runs), and the platform last when it started it: `platform`. */
+/**
+ * Stops what the demo started (the daemons, `gpu` runs), and the platform last when it started it: `platform`. Each
+ * is asked with SIGTERM (a daemon stops its workloads), and killed with its process group (what it started, a
+ * workload's sandbox) if it still runs 20 s later.
+ */
 async function stopChildren(which: 'all' | 'but the platform') {
   for (const child of [...children].reverse()) {
     if (which !== 'all' && child === platformChild) continue;
     if (child.exitCode !== null || child.signalCode !== null) continue;
+    const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGTERM');
-    await Promise.race([new Promise((r) => child.once('exit', r)), sleep(20_000)]);
-    if (child.exitCode === null) child.kill('SIGKILL');
+    await Promise.race([exited, sleep(20_000)]);
+    if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) continue;
+    try {
+      process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      child.kill('SIGKILL');
+    }
   }
 }
 
@@ -1654,23 +1749,51 @@ async function tidyUp(): Promise<string[]> {
   return lines;
 }
 
-let failed = false;
-let summary: Awaited<ReturnType<typeof main>> | undefined;
+/**
+ * The demo's end, whichever way it comes: its children stopped (the platform last, after the tidy-up it serves), its
+ * folder removed, what it made tidied up, its last lines, and `process.exit(code)`. Run once: a signal during it (a
+ * second Ctrl-C, pnpm passing one on) changes nothing, and the scenes, still running until the exit, start nothing
+ * more (`spawnProgram`).
+ */
+let finishing: Promise<never> | undefined;
+function finish(code: number, summary?: Awaited<ReturnType<typeof main>>): Promise<never> {
+  finishing ??= (async () => {
+    await stopChildren('but the platform');
+    removeWork();
+    const tidied = await tidyUp();
+    // The platform, when the demo started it, stops before the last lines, which stay the demo's.
+    await stopChildren('all');
+    for (const line of tidied) process.stdout.write(`${line}\n`);
+    if (summary) process.stdout.write(`DEMO OK ${JSON.stringify(summary)}\n`);
+    process.exit(code);
+  })();
+  return finishing;
+}
+
+// Ctrl-C (SIGINT) or SIGTERM: the same clean-up as at the end, then the shell's exit status for the signal (128 + its
+// number). Without it the daemons' configurations (their secrets) stayed in the temporary folder, their credentials
+// live and the machines on the market.
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
+  process.on(signal, () => {
+    if (!finishing) process.stderr.write(`[demo] ${signal}: stopping, and tidying up what it made\n`);
+    void finish(code);
+  });
+}
+
 say(
   'pnpm demo',
   `about ${DEMO_MINUTES} minutes; under each step, the command it stands for ($ pnpm gpu ... is the gpu command line)`,
 );
+let failed = false;
+let summary: Awaited<ReturnType<typeof main>> | undefined;
 try {
   summary = await main();
 } catch (err) {
   failed = true;
-  process.stderr.write(`[demo] FAILED: ${(err as Error).message}\n`);
+  // A scene cut short by the clean-up of a signal fails for that reason alone: nothing to report.
+  if (!finishing) process.stderr.write(`[demo] FAILED: ${(err as Error).message}\n`);
 }
-await stopChildren('but the platform');
-removeWork();
-const tidied = await tidyUp();
-// The platform, when the demo started it, stops before the last lines, which stay the demo's.
-await stopChildren('all');
-for (const line of tidied) process.stdout.write(`${line}\n`);
-if (summary) process.stdout.write(`DEMO OK ${JSON.stringify(summary)}\n`);
-process.exit(failed ? 1 : 0);
+await finish(failed ? 1 : 0, summary);

@@ -43,10 +43,11 @@ import {
   writeNginxGateway,
 } from '../tools/gateway/src/nginx.ts';
 import { operatorsAt } from '../tools/gateway/src/operators.ts';
-import { authMode } from './lib/auth-mode.ts';
+import { authMode, LOOPBACK_REGISTER_PER_IP, loopbackAuthEnv } from './lib/auth-mode.ts';
 import { compiledPath, ensureBuilt, LIFELINE, platformPrograms } from './lib/build.ts';
 import { lockDataDir } from './lib/instance-lock.ts';
 import {
+  makeDataDir,
   pgliteTemplateDir,
   platformDataDir,
   platformHost,
@@ -73,7 +74,9 @@ gateway, the platform's one origin. Takes no arguments; its settings are environ
   PLATFORM_PORT_BASE  every port at once: services at base+0..3, S3 +4, chain RPC +5 and WebSocket +6, SMTP +7,
                       NATS +8, gateway +10 (default: the contract's ports 8000-8003, 9000, 8899, 8900, 1025, 4222
                       and 8080)
-  PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address)
+  PLATFORM_HOST       the address everything listens on (default 127.0.0.1; 0.0.0.0: every address). On
+                      loopback alone, where every caller is this machine, auth takes ${LOOPBACK_REGISTER_PER_IP.replace('/1h', '')} sign-ups an hour
+                      from it rather than 10 (AUTH__RATE_LIMIT__REGISTER_PER_IP=<n>/1h: another limit)
   ALGORITHM, SECRET_KEY (or JWT_SECRET), JWT_PRIVATE_KEY_FILE (or JWT_PRIVATE_KEY): how tokens are signed
                       (default: EdDSA with a key made in the data folder)
   AUTH_CONFIG_FILE, STORAGE_CONFIG_FILE, REGISTRY_CONFIG_FILE, BILLING_CONFIG_FILE: each service's settings
@@ -243,12 +246,16 @@ function gatewayChange(kind: keyof typeof GATEWAY_NAMES): string | undefined {
   return `the gateway is now ${GATEWAY_NAMES[kind]} (it was ${GATEWAY_NAMES[last as keyof typeof GATEWAY_NAMES]})`;
 }
 const auth = await settled(() => authMode(process.env, authDir, path.join(root, 'services/auth')));
+// On loopback alone, a register limit per address that `pnpm demo` and a person's own sign-ups do not run into
+// (scripts/lib/auth-mode.ts, LOOPBACK_REGISTER_PER_IP); auth's own where other machines reach the platform.
+const authLimits = await loopbackAuthEnv(process.env, host.bind);
 const jwksUrl = `${host.url(ports.auth)}/.well-known/jwks.json`;
 
 // One pnpm start per data folder (its embedded databases are not to be opened twice), and every port free: checked
 // before anything starts, so that a second pnpm start on the same folder or ports says so and stops, rather than
 // starting services that crash on the first one's ports and databases.
-mkdirSync(data, { recursive: true });
+// The data folder is this user's alone (0700): the platform's secrets and users' objects are in it.
+const dataDirTightened = makeDataDir(data);
 const lock = await settled(() => lockDataDir(data));
 process.once('exit', () => lock.release());
 const taken = (
@@ -413,6 +420,7 @@ const services: (Proc & { port: number })[] = (
         AUTH__DATABASE__EMBEDDED_PATH: path.join(authDir, 'pglite'),
         AUTH__DATABASE__EMBEDDED_TEMPLATE_DIR: pgliteTemplates,
         ...auth.authEnv,
+        ...authLimits,
         AUTH__CLIENTS__BOOTSTRAP: 'platform:service,gateway:gateway,scheduler:scheduler',
         AUTH__CLIENTS__SECRETS_DIR: path.join(authDir, 'clients'),
         ADMIN_EMAIL: admin.email,
@@ -665,6 +673,7 @@ try {
   if (natsEngine.kind === 'embedded') say(`nats: ${natsEngine.description}, set-up in ${natsDir}`);
   const changed = gatewayChange(gatewayEngine.kind);
   if (changed) say(changed);
+  if (dataDirTightened) say(dataDirTightened);
   say(
     `logs: each process's output in ${output.fileOf('<name>')} (a service's requests there too, one JSON line ` +
       'each); here: start-up, warnings, errors and a summary each minute',

@@ -7,11 +7,13 @@
  * warnings, errors and a summary each minute; every request's JSON line goes to the log files in the data folder.
  */
 import { execFile, spawn } from 'node:child_process';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import {
   copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -64,7 +66,8 @@ async function curl(args: string[]): Promise<{ status: number; body: string }> {
 let gatewayRenter: Promise<{ email: string; password: string }> | undefined;
 /**
  * One renter registered through the gateway for the tests of API keys and of the command line: every sign-up from
- * this machine counts against auth's 10 an hour per address, which the demo and the wallet tests use too.
+ * this machine counts against auth's limit per address (on loopback alone `pnpm start` sets 1000 an hour, auth's own
+ * is 10), which the demo and the wallet tests use too.
  */
 /** The `gpu` command line against the platform's gateway, with its configuration in `configDir`. */
 function gpuCli(configDir: string) {
@@ -186,6 +189,20 @@ describe('pnpm start', () => {
       registry: 401,
       billing: 401,
     });
+  });
+
+  it("takes more sign-ups an hour from this machine than auth's default 10, on loopback alone", {
+    timeout: 60_000,
+  }, async () => {
+    // Every caller is 127.0.0.1 here: auth's 10 an hour would be spent by two runs of pnpm demo (four each).
+    for (let n = 1; n <= 11; n++) {
+      const registered = await fetch(`http://127.0.0.1:${ports.gateway}/api/v1/auth/register`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ email: `sign-up-${n}-${Date.now()}@example.com`, password: 'a long passphrase' }),
+      });
+      expect(registered.status, `sign-up ${n}: ${await registered.text()}`).toBe(201);
+    }
   });
 
   it('listens on loopback only: no port of it answers on another address of the machine', async (ctx) => {
@@ -679,8 +696,105 @@ describe('pnpm start', () => {
     expect(foreign.output).toContain(
       `[demo] FAILED: billing takes deposits of the token ${mint.mint}, the data folder's chain made ${otherMint}`,
     );
+    // Another platform's folder as it is: every local chain makes the same mint and treasury (fixed seeds), but its
+    // auth service's signing key and platform client are its own.
+    const twin = mkdtempSync(path.join(tmpdir(), 'demo-other-'));
+    for (const file of ['solana/mint.json', 'solana/treasury-keypair.json']) {
+      mkdirSync(path.dirname(path.join(twin, file)), { recursive: true });
+      copyFileSync(path.join(dataDir, file), path.join(twin, file));
+    }
+    mkdirSync(path.join(twin, 'auth', 'clients'), { recursive: true });
+    const key = generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' });
+    writeFileSync(path.join(twin, 'auth', 'jwt-signing-key.pem'), key, { mode: 0o600 });
+    const client = { client_id: randomUUID(), client_secret: 'not the platform client secret', role: 'service' };
+    writeFileSync(path.join(twin, 'auth', 'clients', 'platform.json'), JSON.stringify(client), { mode: 0o600 });
+    const twinned = await demo(twin);
+    expect(twinned.code, twinned.output).toBe(1);
+    expect(twinned.output).toMatch(
+      /\[demo\] FAILED: the running platform signs tokens with no key of the data folder, nor takes its platform client \(.* answered 401 /,
+    );
+    expect(twinned.output).toContain(`PLATFORM_DATA_DIR (${twin}) must be the data folder of the pnpm start running`);
     // Nothing was created: no user signed up.
-    for (const attempt of [none, foreign]) expect(attempt.output).not.toMatch(/signed up/);
+    for (const attempt of [none, foreign, twinned]) expect(attempt.output).not.toMatch(/signed up/);
+  });
+
+  it('stops pnpm demo on SIGTERM with its clean-up, exit 143; killed with SIGKILL, it takes its daemon with it', {
+    timeout: 300_000,
+  }, async () => {
+    /** `pnpm demo`'s script run on its own (its pid the demo's), its output gathered. */
+    const startDemo = (folder: string) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts'], {
+        cwd: root,
+        env: { ...process.env, ...platformEnv(folder) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout.on('data', (d) => {
+        output += d;
+      });
+      child.stderr.on('data', (d) => {
+        output += d;
+      });
+      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+        child.once('exit', (code, signal) => resolve({ code, signal })),
+      );
+      const printed = async (text: string) => {
+        await expect.poll(() => output, { timeout: 150_000, interval: 250 }).toContain(text);
+      };
+      return { child, exited, printed, output: () => output };
+    };
+    /** The demo's provider daemon (its child running tools/provider-daemon) and the folder of its configuration. */
+    const daemonOf = (demo: number) => {
+      for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+        try {
+          const ppid = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ')[1];
+          if (Number(ppid) !== demo) continue;
+          if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('tools/provider-daemon/src/main.ts')) continue;
+          const config = /(?:^|\0)DAEMON_CONFIG_FILE=([^\0]*)/.exec(readFileSync(`/proc/${pid}/environ`, 'utf8'))?.[1];
+          if (config) return { pid: Number(pid), work: path.dirname(config) };
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+      return undefined;
+    };
+    /** Whether a process runs (a zombie, ended but not reaped yet, does not). */
+    const runs = (pid: number) => {
+      try {
+        return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
+      } catch {
+        return false;
+      }
+    };
+
+    // SIGTERM (and Ctrl-C alike): the daemon stopped, the demo's folder (the daemon's secret in daemon.yaml) removed,
+    // the machine taken off the market and its credentials revoked, then 143.
+    const stopped = startDemo(dataDir);
+    await stopped.printed('machine registered by the daemon');
+    const daemon = daemonOf(stopped.child.pid ?? 0);
+    expect(daemon, stopped.output()).toBeDefined();
+    expect(existsSync(path.join(daemon!.work, 'daemon.yaml'))).toBe(true);
+    stopped.child.kill('SIGTERM');
+    expect(await stopped.exited).toEqual({ code: 143, signal: null });
+    const said = stopped.output();
+    expect(said).toContain('[demo] SIGTERM: stopping, and tidying up what it made');
+    expect(said).toMatch(
+      /^\[demo\] tidied up: the machines demo-rig \(\S+\) taken off the market, 1 daemon credentials revoked$/m,
+    );
+    expect(said).not.toMatch(/FAILED|DEMO OK/);
+    expect(runs(daemon!.pid)).toBe(false);
+    expect(existsSync(daemon!.work)).toBe(false);
+
+    // SIGKILL: nothing of the demo runs any more; its daemon stops on its lifeline.
+    const killed = startDemo(dataDir);
+    await killed.printed('machine registered by the daemon');
+    const orphan = daemonOf(killed.child.pid ?? 0);
+    expect(orphan, killed.output()).toBeDefined();
+    killed.child.kill('SIGKILL');
+    await killed.exited;
+    await expect.poll(() => runs(orphan!.pid), { timeout: 30_000, interval: 250 }).toBe(false);
+    // What only a clean-up would have removed: the test's own temporary folder takes it.
+    rmSync(orphan!.work, { recursive: true, force: true });
   });
 
   it('runs pnpm wallet on it, found by PLATFORM_PORT_BASE and PLATFORM_DATA_DIR: a wrong password is one line, a test wallet deposits', {

@@ -145,3 +145,50 @@ export async function authMode(env: NodeJS.ProcessEnv, authDir: string, authCwd:
     verifierEnv,
   };
 }
+
+/**
+ * Sign-ups an hour that auth takes from one address when `pnpm start` listens on loopback alone (its
+ * `rate_limit.register_per_ip`; 10 an hour by default). There every caller is this machine, 127.0.0.1, so the
+ * per-address limit is one budget for everything run here, kept in auth's database across restarts: `pnpm demo` signs
+ * up four accounts a run, so auth's 10 refused its third run within an hour (429 RATE_LIMITED). No other machine can
+ * reach a loopback platform, so the limit guards nothing there.
+ */
+export const LOOPBACK_REGISTER_PER_IP = '1000/1h';
+
+/** Whether `bind` is a loopback address (127.0.0.0/8, ::1): what listens there is reached from this machine alone. */
+function isLoopback(bind: string): boolean {
+  const v4 = bind.replace(/^::ffff:/i, '');
+  return /^127\.\d+\.\d+\.\d+$/.test(v4) || bind === '::1';
+}
+
+/**
+ * What the auth service is given for a platform that listens on `bind`: on loopback alone, the register limit above,
+ * unless the user set one (an `AUTH__RATE_LIMIT__REGISTER_PER_IP` variable, in any spelling the auth service takes, or
+ * `rate_limit.register_per_ip` in AUTH_CONFIG_FILE, which a variable would override); elsewhere nothing: a platform
+ * other machines reach keeps auth's own limits.
+ */
+export async function loopbackAuthEnv(env: NodeJS.ProcessEnv, bind: string): Promise<Record<string, string>> {
+  if (!isLoopback(bind)) return {};
+  const keys = ['rate_limit', 'register_per_ip'];
+  const named = Object.keys(env).some((name) => {
+    if (!env[name] || !name.startsWith('AUTH__')) return false;
+    const segments = name.slice('AUTH__'.length).split('__').filter(Boolean);
+    return segments.length === 2 && segments.every((s, i) => norm(s) === norm(keys[i]!));
+  });
+  if (named) return {};
+  if (env.AUTH_CONFIG_FILE) {
+    const { default: YAML } = await import('yaml');
+    let parsed: unknown;
+    try {
+      parsed = YAML.parse(readFileSync(env.AUTH_CONFIG_FILE, 'utf8'));
+    } catch {
+      // An unreadable file is refused with the auth settings (authMode), before anything starts.
+      return {};
+    }
+    const child = (tree: unknown, key: string) =>
+      tree && typeof tree === 'object' ? Object.entries(tree).find(([k]) => norm(k) === norm(key))?.[1] : undefined;
+    const set = child(child(parsed, 'rate_limit'), 'register_per_ip');
+    if (set !== undefined && set !== null && set !== '') return {};
+  }
+  return { AUTH__RATE_LIMIT__REGISTER_PER_IP: LOOPBACK_REGISTER_PER_IP };
+}

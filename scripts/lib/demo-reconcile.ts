@@ -138,3 +138,26 @@ export function reconcile(f: MarketFigures): Check[] {
   );
   return checks;
 }
+
+/** What billing reports of a provider's payouts while the demo waits for them (its earnings and payout transactions). */
+export interface PayoutProgress {
+  decimals: number;
+  /** `GET /provider/{id}/earnings`: what is left to pay out now, what payouts are under way, the minimum payout. */
+  earnings: { available_for_payout: string; pending_payouts: string; minimum_payout: string };
+  /** The provider wallet's payout transactions, each with its status. */
+  payouts: { amount: string; status: string }[];
+}
+
+/**
+ * Whether the automatic payouts are over: none under way (no payout transaction pending, no pending payouts in the
+ * earnings) and none due (what is left to pay out is under the minimum payout, below which billing pays nothing). Not
+ * whether they add up: that is the reconciliation's to say, so a payout too many or too large ends the wait as well
+ * and shows as a FAIL line, where waiting for the payouts to equal the earnings would wait for ever.
+ */
+export function payoutsSettled(p: PayoutProgress): boolean {
+  const u = (s: string) => baseUnits(s, p.decimals);
+  const underWay = p.payouts.some((t) => t.status === 'pending') || u(p.earnings.pending_payouts) !== 0n;
+  const available = u(p.earnings.available_for_payout);
+  const due = available > 0n && available >= u(p.earnings.minimum_payout);
+  return !underWay && !due;
+}

@@ -4,7 +4,7 @@
  * PLATFORM_PORT_BASE + 0..6 and 10: services at base+0..3 in contract order, the S3 store at base+4, the Solana RPC at
  * base+5 and its WebSocket at base+6, the gateway at base+10) and the address every process listens on (PLATFORM_HOST, default 127.0.0.1: this machine only).
  */
-import { readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { connect, createServer, isIP } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,36 @@ import { replaceFile } from '../../packages/common/src/files.ts';
 export const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
 export function platformDataDir(env: NodeJS.ProcessEnv = process.env): string {
-  return path.resolve(env.PLATFORM_DATA_DIR ?? path.join(repoRoot, '.data'));
+  // Empty counts as unset, as for every PLATFORM_* setting: path.resolve('') would be the current folder.
+  return path.resolve(env.PLATFORM_DATA_DIR || path.join(repoRoot, '.data'));
+}
+
+/** What a `pnpm start` leaves in its data folder, by which an existing folder is known as one. */
+const DATA_DIR_MARKS = ['platform.lock', 'platform.json', 'last-gateway', 'auth', 's3', 'solana', 'logs'];
+
+/**
+ * Makes the data folder this user's alone (0700): it holds the platform's secrets and every user's objects (s3/),
+ * which the umask's 0755 would let every local user read. A new one is made so; one made before with group or other
+ * bits loses them, but only where it is plainly a data folder of this user's (owned by them, no sticky bit, and
+ * empty or holding what `pnpm start` writes), so a PLATFORM_DATA_DIR naming a shared folder such as /tmp is left
+ * as it is. Returns a line saying what changed, if anything did.
+ */
+export function makeDataDir(dataDir: string): string | undefined {
+  if (!existsSync(dataDir)) {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    // mkdir's mode passes through the umask (a strict one could leave even the owner without write): set outright.
+    chmodSync(dataDir, 0o700);
+    return undefined;
+  }
+  const { mode, uid } = statSync(dataDir);
+  const open = mode & 0o077;
+  if (open === 0 || (mode & 0o1000) !== 0 || (process.getuid && uid !== process.getuid())) return undefined;
+  const entries = readdirSync(dataDir);
+  const ours = entries.length === 0 || entries.some((e) => DATA_DIR_MARKS.includes(e));
+  if (!ours) return undefined;
+  chmodSync(dataDir, mode & 0o700);
+  const octal = (m: number) => (m & 0o777).toString(8).padStart(4, '0');
+  return `the data folder ${dataDir} was open to other local users (mode ${octal(mode)}): now ${octal(mode & 0o700)}`;
 }
 
 /** A setting the platform cannot run with, said in one line (the commands print it without a stack trace). */

@@ -6,7 +6,7 @@
  *
  *   describeHolders(portHolders(8000))   // 'pid 4242 (node ... services/auth/dist/src/server.js)', 'an unknown process'
  */
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { repoRoot } from './platform.ts';
 
@@ -43,17 +43,27 @@ function listeningInodes(port: number): Set<string> {
 }
 
 /**
- * A process's command line, shortened to one line: the program's file name and its arguments, paths inside this
- * checkout relative to it (`services/auth/dist/src/server.js`).
+ * A process's command line (its argv, as /proc/<pid>/cmdline holds it), shortened to one line: the program's file
+ * name and its arguments, paths inside this checkout relative to it (`services/auth/dist/src/server.js`). A program
+ * that rewrote its title (nginx: `nginx: master process /usr/sbin/nginx -c /data/gateway/nginx.conf`, one string
+ * with spaces) leaves a single argument: only its first word is a program's path, so only that is shortened.
  */
+export function shortCommand(argv: readonly string[]): string {
+  let [program = '', ...args] = argv.filter(Boolean);
+  if (args.length === 0 && /\s/.test(program.trim()) && !existsSync(program)) {
+    [program = '', ...args] = program.trim().split(/\s+/);
+  }
+  const line = [path.basename(program), ...args]
+    .join(' ')
+    .replaceAll(`file://${repoRoot}`, '')
+    .replaceAll(repoRoot, '');
+  return line.length > 240 ? `${line.slice(0, 239)}…` : line;
+}
+
+/** A process's command line, shortened (`shortCommand`); `?` when it cannot be read. */
 function commandOf(pid: number): string {
   try {
-    const [program = '', ...args] = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-    const line = [path.basename(program), ...args]
-      .join(' ')
-      .replaceAll(`file://${repoRoot}`, '')
-      .replaceAll(repoRoot, '');
-    return line.length > 240 ? `${line.slice(0, 239)}…` : line;
+    return shortCommand(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'));
   } catch {
     return '?';
   }
