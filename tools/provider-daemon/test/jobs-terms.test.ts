@@ -443,12 +443,7 @@ describe("a job's terms", () => {
     );
     // (The market may not show the session's GPUs taken yet: the machine's refusal to start it then says so.)
     expect(queued).toMatchObject({ state: 'queued', attempts: [] });
-    const freed = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: other.headers,
-      payload: { session_id: other.id },
-    });
+    const freed = await rig.endSession(other.headers, other.id);
     expect(freed.statusCode, freed.body).toBe(200);
     const placedNext = await until(
       () => jobs.job(renter, next),

@@ -599,12 +599,7 @@ describe('a server inside the workload, reached through the platform', () => {
         (ok) => ok,
       );
       // The machine's GPUs are few: this test's go back.
-      await rig.billing.app.inject({
-        method: 'POST',
-        url: '/api/v1/billing/end-session',
-        headers: r.headers,
-        payload: { session_id: r.id },
-      });
+      await rig.endSession(r.headers, r.id);
     }
   });
 
@@ -671,12 +666,7 @@ describe('a server inside the workload, reached through the platform', () => {
     const last = await open(url, r.headers);
     expect(last.status).toBe(101);
     const closed = new Promise<number>((resolve) => last.ws!.once('close', (code) => resolve(code)));
-    const ended = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: r.headers,
-      payload: { session_id: r.id },
-    });
+    const ended = await rig.endSession(r.headers, r.id);
     expect(ended.statusCode, ended.body).toBe(200);
     // The connection is cut: no closing handshake (1006).
     expect(await closed).toBe(1006);
@@ -694,12 +684,7 @@ describe('a server inside the workload, reached through the platform', () => {
     const rawClosed = new Promise<void>((resolve) => raw.socket!.once('end', () => resolve()));
     raw.socket!.resume();
     const endedAt = Date.now();
-    const ended = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: r.headers,
-      payload: { session_id: r.id },
-    });
+    const ended = await rig.endSession(r.headers, r.id);
     expect(ended.statusCode, ended.body).toBe(200);
     // Closed by the relay (1001, the session ended) or, first, by the workload's end (1000): closed either way.
     expect([1000, 1001]).toContain(await closed);
@@ -863,12 +848,7 @@ describe("a browser at a workload port's own origin", () => {
     expect((await atHost('nothing.ports.localhost', '/')).status).toBe(404);
     expect((await curl('/api/v1/billing/port-host/x', ['-H', `cookie: ${cookie}`])).status).toBe(404);
     // The session's end closes the port to the browser.
-    const ended = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: r.headers,
-      payload: { session_id: r.id },
-    });
+    const ended = await rig.endSession(r.headers, r.id);
     expect(ended.statusCode, ended.body).toBe(200);
     const after = await atHost(host, '/', ['-H', `cookie: ${cookie}`]);
     expect(after.status).toBe(409);

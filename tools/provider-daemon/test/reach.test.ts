@@ -183,12 +183,7 @@ describe('a renter reaches the workload they rent', () => {
       keepOpen: () => {
         setTimeout(() => {
           endedAt = Date.now();
-          void rig.billing.app.inject({
-            method: 'POST',
-            url: '/api/v1/billing/end-session',
-            headers: r.headers,
-            payload: { session_id: r.id },
-          });
+          void rig.endSession(r.headers, r.id);
         }, 500);
       },
     });
@@ -211,12 +206,7 @@ describe('a renter reaches the workload they rent', () => {
     expect(took).toBeGreaterThanOrEqual(1_800);
     expect(took).toBeLessThan(30_000);
     // Its GPU back for the tests after it (the machine has eight).
-    await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: r.headers,
-      payload: { session_id: r.id },
-    });
+    await rig.endSession(r.headers, r.id);
   });
 
   it('ends a stream whose renter stopped answering pings (gone without a word), and keeps one that answers', async () => {
@@ -234,12 +224,7 @@ describe('a renter reaches the workload they rent', () => {
     expect(answering.code).toBe(1000);
     expect(Date.now() - started).toBeLessThan(60_000);
     // The machine's GPU for the tests after.
-    const ended = await rig.billing.app.inject({
-      method: 'POST',
-      url: '/api/v1/billing/end-session',
-      headers: r.headers,
-      payload: { session_id: r.id },
-    });
+    const ended = await rig.endSession(r.headers, r.id);
     expect(ended.statusCode, ended.body).toBe(200);
   });
 

@@ -94,12 +94,7 @@ describe("the daemon runs renters' workloads", () => {
         (w) => w.state === 'running',
       );
       const asked = Date.now();
-      const end = await rig.billing.app.inject({
-        method: 'POST',
-        url: '/api/v1/billing/end-session',
-        headers: r.headers,
-        payload: { session_id: r.id },
-      });
+      const end = await rig.endSession(r.headers, r.id);
       expect(end.statusCode).toBe(200);
       const stopped = await until(
         () => workloadOf(r.headers, r.id),
@@ -129,12 +124,7 @@ describe("the daemon runs renters' workloads", () => {
         () => workloadOf(first.headers, first.id),
         (w) => w.state === 'running',
       );
-      const end = await rig.billing.app.inject({
-        method: 'POST',
-        url: '/api/v1/billing/end-session',
-        headers: first.headers,
-        payload: { session_id: first.id },
-      });
+      const end = await rig.endSession(first.headers, first.id);
       expect(end.statusCode).toBe(200);
       // Billing freed the GPU at once: the next renter gets it while the first workload is still stopping.
       const next = await rent(m.providerId, 1, { command: ['true'], max_runtime_seconds: 60 });
@@ -206,12 +196,7 @@ describe("the daemon runs renters' workloads", () => {
         const image = statSync(join(d.runDir, r.id, 'disk.img'));
         expect(image.blocks * 512).toBeGreaterThanOrEqual(stated * 1024 * 1024);
       }
-      const ended = await rig.billing.app.inject({
-        method: 'POST',
-        url: '/api/v1/billing/end-session',
-        headers: r.headers,
-        payload: { session_id: r.id },
-      });
+      const ended = await rig.endSession(r.headers, r.id);
       expect(ended.statusCode, ended.body).toBe(200);
       // Its reservation goes with it.
       expect(
@@ -423,12 +408,7 @@ describe("the daemon runs renters' workloads", () => {
       );
       expect(running.state).toBe('running');
       expect(Date.now() - asked).toBeLessThan(30_000);
-      const end = await rig.billing.app.inject({
-        method: 'POST',
-        url: '/api/v1/billing/end-session',
-        headers: r.headers,
-        payload: { session_id: r.id },
-      });
+      const end = await rig.endSession(r.headers, r.id);
       expect(end.statusCode).toBe(200);
       const ended = Date.now();
       const stopped = await until(

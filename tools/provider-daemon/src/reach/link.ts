@@ -31,7 +31,7 @@ import ssh2, {
 import WebSocket, { createWebSocketStream } from 'ws';
 import { z } from 'zod';
 import type { DaemonConfig } from '../config.ts';
-import { type Entry, entryCommand } from '../workloads/entry.ts';
+import { type Entry, EntryNotReady, entryCommand } from '../workloads/entry.ts';
 import { drained, type ExecProcess, startExec } from './exec.ts';
 import { DIAL_SUBSYSTEM, type ForwardError, splice, WorkloadPorts } from './ports.ts';
 
@@ -64,6 +64,8 @@ const dialRequest = z.object({
 
 /** How often the WebSocket is pinged (a gateway or NAT must not see it idle), and how long a pong may take. */
 const PING_MS = 20_000;
+/** How long a program waits for a workload just reported running to be enterable (its sandbox set up). */
+const ENTRY_WAIT_MS = 15_000;
 
 export class ReachLink {
   private stopped = false;
@@ -209,13 +211,28 @@ export class ReachLink {
           channel.end();
           return;
         }
-        try {
-          running = this.run1(channel, entry, request, tty);
-        } catch (err) {
-          channel.stderr.write(`gpu: ${(err as Error).message}\n`);
-          channel.exit(125);
-          channel.end();
-        }
+        // A workload just reported running may not be enterable for a moment (its sandbox still being set up): the
+        // program starts once it is, within ENTRY_WAIT_MS, rather than failing the renter's first exec.
+        const deadline = Date.now() + ENTRY_WAIT_MS;
+        let gone = false;
+        channel.once('close', () => {
+          gone = true;
+        });
+        const start = () => {
+          if (gone) return;
+          try {
+            running = this.run1(channel, entry, request, tty);
+          } catch (err) {
+            if (err instanceof EntryNotReady && Date.now() < deadline) {
+              setTimeout(start, 100);
+              return;
+            }
+            channel.stderr.write(`gpu: ${(err as Error).message}\n`);
+            channel.exit(125);
+            channel.end();
+          }
+        };
+        start();
       });
     });
   }

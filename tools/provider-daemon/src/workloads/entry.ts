@@ -124,6 +124,12 @@ export function workloadInnerPid(init: number): number | null {
 }
 
 /**
+ * The workload cannot be entered yet: its sandbox is still being set up (bubblewrap making its namespaces), for a
+ * moment after its workload was reported running. Asked again a little later, it can.
+ */
+export class EntryNotReady extends Error {}
+
+/**
  * The command that runs `request` in the workload; `dir` is the daemon's own directory for the variables' file.
  * Throws when the workload is not set up yet.
  */
@@ -155,7 +161,7 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
     };
   }
   const init = entry.pid();
-  if (init === null) throw new Error('the workload is not set up yet');
+  if (init === null) throw new EntryNotReady('the workload is not set up yet');
   const started = startTimeOf(init);
   if (started === null) throw new Error('the workload has ended');
   const inner = workloadInnerPid(init);
@@ -164,7 +170,7 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   if (process.getuid?.() !== 0 || entry.uid === undefined) {
     throw new Error('entering a workload needs the daemon to run as root (its workloads as users of their own)');
   }
-  if (inner === null) throw new Error('the workload has no process to enter');
+  if (inner === null) throw new EntryNotReady('the workload has no process to enter');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const file = path.join(dir, `env-${randomUUID()}`);
   writeFileSync(file, shellAssignments({ ...entry.env, ...request.env }), { mode: 0o400 });

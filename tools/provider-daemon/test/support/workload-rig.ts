@@ -70,6 +70,12 @@ export interface WorkloadRig {
   daemonProcess(
     workloads?: Record<string, unknown>,
   ): Promise<{ providerId: string; child: ChildProcess; exited: Promise<unknown>; runDir: string }>;
+  /** Ends the session as its renter does (`POST /api/v1/billing/end-session`): billing's answer. */
+  endSession(
+    headers: Record<string, string>,
+    sessionId: string,
+    // biome-ignore lint/suspicious/noExplicitAny: tests read JSON answers as the service wrote them
+  ): Promise<{ statusCode: number; body: string; json(): any }>;
   /** A renter with a funded wallet. */
   renter(): Promise<Renter & { walletId: string }>;
   /**
@@ -265,6 +271,13 @@ export function useWorkloadRig(
         startedAt: session.started_at as string,
       };
     },
+    endSession: (headers, sessionId) =>
+      rig.billing.app.inject({
+        method: 'POST',
+        url: '/api/v1/billing/end-session',
+        headers,
+        payload: { session_id: sessionId },
+      }),
     async workloadOf(headers, id) {
       return (await rig.billing.app.inject({ url: `/api/v1/billing/sessions/${id}/workload`, headers })).json();
     },
