@@ -3,6 +3,7 @@
  * a WebSocket upgrade (upgrade.ts, on the raw socket): the headers a service is sent, and the gateway's own problems.
  */
 import { type IncomingHttpHeaders, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { AppError } from '@gpu/common/errors';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
 import { tracingOn } from '@gpu/common/tracing';
@@ -30,43 +31,27 @@ export const callerOf = (request: FastifyRequest): Caller => ({
 });
 
 /** Headers of one hop (RFC 9110 7.6.1), never passed on either way; `Transfer-Encoding` is node:http's to write. */
-const CONNECTION_HEADERS = [
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'upgrade',
-  'transfer-encoding',
-];
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade', 'transfer-encoding'];
 
 /** `headers` without the hop-by-hop ones, those its `Connection` names too, and `also`. */
 export function endToEnd(headers: IncomingHttpHeaders, also: readonly string[] = []): Record<string, unknown> {
   const named = String(headers.connection ?? '')
     .split(',')
     .map((h) => h.trim().toLowerCase());
-  const dropped = new Set([...CONNECTION_HEADERS, ...named, ...also]);
+  const dropped = new Set([...HOP_BY_HOP, ...named, ...also]);
   return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name)));
 }
 
 /**
- * Headers of one hop (RFC 9110 7.6.1) that no service is sent (node:http and undici frame each request themselves, and
- * undici refuses some of them outright): `TE` but `trailers`. `Connection` and the headers it names are the proxy's
- * to drop (@fastify/reply-from, port-hosts.ts, upgrade.ts) before these are set.
- */
-const HOP_BY_HOP = ['keep-alive', 'proxy-connection', 'upgrade', 'trailer', 'expect'];
-
-/**
- * The headers sent on: hop-by-hop ones dropped (`HOP_BY_HOP`), the forwarding headers and IDs set last, so that no
- * header the caller names in `Connection` takes them away. The gateway is the platform's first hop, so
+ * The headers sent on: hop-by-hop ones dropped (`endToEnd`: node:http and undici frame each request themselves, and
+ * undici refuses some of them outright; `Expect` is answered by the gateway), the forwarding headers and IDs set last,
+ * so that no header the caller names in `Connection` takes them away. The gateway is the platform's first hop, so
  * `X-Forwarded-For` is the caller's own address, whatever the caller wrote there (an address it names is not passed
  * on: the services count by the one the gateway saw), and `X-Real-IP` and `Forwarded` are dropped. `host`: the Host to
  * send instead of the one in `headers` (`localhost` on a service's Unix socket, the caller's own on a port host).
  */
-export function forwardedHeaders(caller: Caller, headers: Record<string, unknown>, host: string | undefined) {
-  const { 'x-real-ip': _realIp, forwarded: _forwarded, ...rest } = headers;
-  for (const name of HOP_BY_HOP) delete rest[name];
-  if (rest.te !== undefined && String(rest.te).trim().toLowerCase() !== 'trailers') delete rest.te;
+export function forwardedHeaders(caller: Caller, headers: IncomingHttpHeaders, host: string | undefined) {
+  const rest = endToEnd(headers, ['expect', 'x-real-ip', 'forwarded']);
   // Tracing on, the service continues the trace under the gateway's call (its client span's context, which the undici
   // instrumentation, or upgrade.ts, sends), not under the caller's span: the caller's trace context is not sent as well.
   if (tracingOn()) {
@@ -99,6 +84,56 @@ export function gatewayProblem(
   const err = new AppError(kindOfStatus(status), code, detail);
   const body = { ...problemOf(err), status, title: STATUS_CODES[status] ?? 'Error', instance, request_id: requestId };
   return { body, headers: headersOf(err) };
+}
+
+/** Headers of an answer written on a raw socket (an answer that closes the connection). */
+export type RawHeaders = Record<string, string | number | string[] | undefined>;
+
+/** Headers that belong to a connection, not to a whole answer written here (`answer` sets its own). */
+const ANSWER_OWN = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade']);
+
+/** An answer's head, as written on the wire. */
+export function head(status: number, headers: RawHeaders): string {
+  const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`];
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${v}`);
+  }
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+/** A whole answer on a raw socket, the connection closed after it. */
+export function answer(socket: Duplex, status: number, headers: RawHeaders, body: Buffer): void {
+  const kept = Object.fromEntries(Object.entries(headers).filter(([name]) => !ANSWER_OWN.has(name.toLowerCase())));
+  socket.end(
+    Buffer.concat([Buffer.from(head(status, { ...kept, 'content-length': body.length, connection: 'close' })), body]),
+  );
+}
+
+/** A problem of the gateway's own (`gatewayProblem`) as a whole answer on a raw socket, with the request's IDs. */
+export function rawProblem(
+  socket: Duplex,
+  problem: { status: number; code: string; detail: string; instance: string },
+  ids: { requestId: string; correlationId: string },
+): void {
+  const { body, headers } = gatewayProblem(
+    problem.status,
+    problem.code,
+    problem.detail,
+    problem.instance,
+    ids.requestId,
+  );
+  answer(
+    socket,
+    problem.status,
+    {
+      ...headers,
+      'content-type': 'application/problem+json; charset=utf-8',
+      'x-request-id': ids.requestId,
+      'x-correlation-id': ids.correlationId,
+    },
+    Buffer.from(JSON.stringify(body)),
+  );
 }
 
 /**

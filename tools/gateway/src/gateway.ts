@@ -30,7 +30,8 @@
  *   goes to billing with its path, query and Host as sent, none of the above routes applying (port-hosts.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { type IncomingHttpHeaders, type IncomingMessage, STATUS_CODES } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import proxy from '@fastify/http-proxy';
@@ -39,7 +40,7 @@ import { correlationIdOf, saneId } from '@gpu/common/request-context';
 import { RequestLogController } from '@gpu/common/request-logging';
 import { traceFields, tracingHooks } from '@gpu/common/tracing';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { callerOf, endToEnd, forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
+import { callerOf, endToEnd, forwardedHeaders, gatewayProblem, hasDotSegment, rawProblem } from './forwarding.ts';
 import { OPERATOR_NETWORKS, operatorsAt } from './operators.ts';
 import { forwardPortHosts, portHostUrl } from './port-hosts.ts';
 import { bodyLimitOf, hostKindOf, PORT_HOST_SERVICE, ROUTES, type Service } from './routes.ts';
@@ -100,6 +101,10 @@ function problem(reply: FastifyReply, request: FastifyRequest, status: number, c
  */
 function clientError(err: Error & { code?: string }, socket: Duplex) {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
   const [status, code, detail] =
     err.code === 'HPE_HEADER_OVERFLOW'
       ? [431, 'HEADERS_TOO_LARGE', 'the request headers are larger than the gateway reads']
@@ -107,21 +112,9 @@ function clientError(err: Error & { code?: string }, socket: Duplex) {
         ? [408, 'REQUEST_TIMEOUT', 'the request did not arrive in time']
         : [400, 'BAD_REQUEST', 'the gateway could not read the request'];
   const id = randomUUID();
-  const { body, headers } = gatewayProblem(status, code, detail, '', id);
-  const text = JSON.stringify(body);
-  if (socket.writable) {
-    const lines = [
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}`,
-      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
-      'content-type: application/problem+json; charset=utf-8',
-      `content-length: ${Buffer.byteLength(text)}`,
-      `x-request-id: ${id}`,
-      `x-correlation-id: ${id}`,
-      'connection: close',
-    ];
-    socket.write(`${lines.join('\r\n')}\r\n\r\n${text}`);
-  }
-  socket.destroy();
+  rawProblem(socket, { status, code, detail, instance: '' }, { requestId: id, correlationId: id });
+  // Gone once the answer is written, whatever the caller does with its side.
+  (socket as Socket).destroySoon();
 }
 
 /** What a failure to reach a service answers: 504 for a timeout, 502 otherwise (503 when it refused the connection). */
@@ -248,7 +241,7 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
     const upstream = socket ? `unix+http://${encodeURIComponent(socket)}` : opts.upstreams[service];
     const host = socket ? 'localhost' : undefined;
     const replyOptions = {
-      rewriteRequestHeaders: (req: FastifyRequest, headers: Record<string, unknown>) =>
+      rewriteRequestHeaders: (req: FastifyRequest, headers: IncomingHttpHeaders) =>
         forwardedHeaders(callerOf(req), headers, host),
       // The service's answer without its hop's headers (its Connection and Keep-Alive are not the caller's).
       rewriteHeaders: (headers: IncomingHttpHeaders) => endToEnd(headers),

@@ -89,7 +89,7 @@ export async function forwardPortHosts(app: FastifyInstance, settings: PortHostS
       const span = clientSpan(request);
       const headers = {
         // The Host the caller wrote goes on whatever its Connection names: billing finds the session and port by it.
-        ...forwardedHeaders(callerOf(request), endToEnd(request.headers), request.headers.host),
+        ...forwardedHeaders(callerOf(request), request.headers, request.headers.host),
         ...span?.carrier,
         // A chunked body goes on chunked, whatever the method (node:http would frame only some methods' by itself).
         ...(request.headers['transfer-encoding'] ? { 'transfer-encoding': 'chunked' } : {}),

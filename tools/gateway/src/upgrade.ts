@@ -25,14 +25,14 @@
  *   lasting as long (tracing on); a refusal counts with its status.
  * - `app.close()` (SIGTERM) closes the open streams at once rather than wait up to an hour for them.
  */
-import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, STATUS_CODES } from 'node:http';
+import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { correlationIdOf } from '@gpu/common/request-context';
 import { tracingOn } from '@gpu/common/tracing';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
-import { forwardedHeaders, gatewayProblem, hasDotSegment } from './forwarding.ts';
+import { answer, endToEnd, forwardedHeaders, hasDotSegment, head, type RawHeaders, rawProblem } from './forwarding.ts';
 import { hostKindOf, SERVICES, type Service } from './routes.ts';
 import type { GatewayMetrics } from './telemetry.ts';
 import { routeOf } from './telemetry.ts';
@@ -54,30 +54,6 @@ export interface UpgradeSettings {
 
 /** The most the caller may send before the service answers its upgrade (kept until the 101): 64 KiB. */
 const EARLY_BYTES_MAX = 64 * 1024;
-
-/** Headers of an answer written on a raw socket (an answer that closes the connection). */
-type RawHeaders = Record<string, string | number | string[] | undefined>;
-
-/** Headers that belong to a connection, not to an answer passed on. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade']);
-
-/** An answer's head, as written on the wire. */
-function head(status: number, headers: RawHeaders): string {
-  const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`];
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value]) lines.push(`${name}: ${v}`);
-  }
-  return `${lines.join('\r\n')}\r\n\r\n`;
-}
-
-/** A whole answer on a raw socket, the connection closed after it. */
-function answer(socket: Duplex, status: number, headers: RawHeaders, body: Buffer): void {
-  const kept = Object.fromEntries(Object.entries(headers).filter(([name]) => !HOP_BY_HOP.has(name.toLowerCase())));
-  socket.end(
-    Buffer.concat([Buffer.from(head(status, { ...kept, 'content-length': body.length, connection: 'close' })), body]),
-  );
-}
 
 /** The server span of an upgrade and the client span of its call to the service (tracing on), ended together. */
 function upgradeSpans(req: IncomingMessage, route: string, requestId: string) {
@@ -139,18 +115,7 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
     const id = settings.requestId(req);
     const correlationId = correlationIdOf(req);
     const problem = (status: number, code: string, detail: string) => {
-      const { body, headers } = gatewayProblem(status, code, detail, path, id);
-      answer(
-        socket,
-        status,
-        {
-          ...headers,
-          'content-type': 'application/problem+json; charset=utf-8',
-          'x-request-id': id,
-          'x-correlation-id': correlationId,
-        },
-        Buffer.from(JSON.stringify(body)),
-      );
+      rawProblem(socket, { status, code, detail, instance: path }, { requestId: id, correlationId });
       count(status);
     };
 
@@ -185,13 +150,8 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
 
     const target = settings.upstreamOf(service);
     const spans = upgradeSpans(req, route, id);
-    // The caller's Connection names hop-by-hop headers of its own hop: none of them goes on (as @fastify/reply-from).
-    const named = String(req.headers.connection ?? '')
-      .split(',')
-      .map((h) => h.trim().toLowerCase())
-      .filter((h) => h && h !== 'upgrade');
-    const sent: Record<string, unknown> = { ...req.headers };
-    for (const name of named) delete sent[name];
+    // The caller's hop-by-hop headers (its Connection and what it names) stay on its hop (forwardedHeaders); this
+    // hop's Connection and Upgrade are set below.
     const headers: OutgoingHttpHeaders = {
       ...forwardedHeaders(
         {
@@ -201,7 +161,7 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
           requestId: id,
           correlationId,
         },
-        sent,
+        req.headers,
         // A port host's Host goes on as the caller wrote it, whatever its Connection names: billing finds the session
         // and port by it.
         kind === 'port-host' ? req.headers.host : 'socketPath' in target ? 'localhost' : new URL(target.url).host,
@@ -280,17 +240,15 @@ export function proxyUpgrades(app: FastifyInstance, settings: UpgradeSettings): 
       answered = true;
       socket.off('data', onEarly);
       const status = res.statusCode ?? 502;
-      const kept = Object.fromEntries(
-        Object.entries(res.headers).filter(
-          ([name]) => !HOP_BY_HOP.has(name) && !['x-request-id', 'x-correlation-id'].includes(name),
-        ),
-      );
-      // Its length where the service said it; else the body ends with the connection.
-      const length = res.headers['transfer-encoding'] ? undefined : res.headers['content-length'];
+      // Its length where the service said it (not beside chunks); else the body ends with the connection.
+      const kept = endToEnd(res.headers, [
+        'x-request-id',
+        'x-correlation-id',
+        ...(res.headers['transfer-encoding'] ? ['content-length'] : []),
+      ]);
       socket.write(
         head(status, {
-          ...kept,
-          ...(length !== undefined ? { 'content-length': length } : {}),
+          ...(kept as RawHeaders),
           connection: 'close',
           'x-request-id': id,
           'x-correlation-id': correlationId,
