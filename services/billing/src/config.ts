@@ -264,8 +264,9 @@ export const billingConfigSchema = z.object({
       /** How often the streams' sessions are checked: a stream ends at most this long after its session. */
       check_interval: zDuration().default('500ms'),
       /**
-       * How often a renter's WebSocket stream is pinged: one whose renter did not answer the last ping is ended
-       * (a renter gone without a word frees the stream's slot and its program within two intervals).
+       * How often a renter's WebSocket stream is pinged: one from whose renter nothing came for two of them is ended
+       * (a renter gone without a word frees the stream's slot and its program within three intervals; common's
+       * keepPinging).
        */
       ping_interval: zDurationAtLeast('1s').default('30s'),
       /**

@@ -384,7 +384,7 @@ export async function reachRoutes(
       return;
     }
     plan.ends.attached = true;
-    // A renter gone without a word lets go of the stream's slot and its program within two intervals.
+    // A renter gone without a word lets go of the stream's slot and its program within three intervals.
     keepPinging(socket, durationMs(config.reach.ping_interval));
     if (plan.kind === 'forward') {
       pipeSockets(socket, plan.upstream);

@@ -250,8 +250,7 @@ function meterSocket(socket: WebSocket, meter: ByteMeter): void {
   const send = socket.send.bind(socket) as (data: Buffer, options: object, done?: Done) => void;
   // Called as send(data, done) too (ws's stream over the socket does): the callback is then the second argument.
   socket.send = ((data: Buffer, options?: object | Done, done?: Done) => {
-    const callback = typeof options === 'function' ? (options as Done) : done;
-    const sendOptions = typeof options === 'function' ? {} : (options ?? {});
+    const [sendOptions, callback] = typeof options === 'function' ? [{}, options as Done] : [options ?? {}, done];
     const wait = meter.take(data.length);
     send(
       data,
