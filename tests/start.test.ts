@@ -6,7 +6,7 @@
  * cleanly with its own last line, and a start-up that fails stops what it had started. Its terminal shows start-up,
  * warnings, errors and a summary each minute; every request's JSON line goes to the log files in the data folder.
  */
-import { execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import {
   copyFileSync,
@@ -54,6 +54,17 @@ afterAll(async () => {
   await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
   if (child.exitCode === null) child.kill('SIGKILL');
 });
+
+/** What a child prints, standard output and error together, as it comes: read by calling the function. */
+function gathered(child: ChildProcess): () => string {
+  let output = '';
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.on('data', (d) => {
+      output += d;
+    });
+  }
+  return () => output;
+}
 
 /** curl with the given arguments: the HTTP status and the body. */
 async function curl(args: string[]): Promise<{ status: number; body: string }> {
@@ -729,20 +740,14 @@ describe('pnpm start', () => {
         env: { ...process.env, ...platformEnv(folder) },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
-      let output = '';
-      child.stdout.on('data', (d) => {
-        output += d;
-      });
-      child.stderr.on('data', (d) => {
-        output += d;
-      });
+      const output = gathered(child);
       const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
         child.once('exit', (code, signal) => resolve({ code, signal })),
       );
       const printed = async (text: string) => {
-        await expect.poll(() => output, { timeout: 150_000, interval: 250 }).toContain(text);
+        await expect.poll(output, { timeout: 150_000, interval: 250 }).toContain(text);
       };
-      return { child, exited, printed, output: () => output };
+      return { child, exited, printed, output };
     };
     /** The demo's provider daemon (its child running tools/provider-daemon) and the folder of its configuration. */
     const daemonOf = (demo: number) => {
@@ -1047,20 +1052,14 @@ describe('pnpm start', () => {
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let out = '';
-    again.stdout.on('data', (d) => {
-      out += d;
-    });
-    again.stderr.on('data', (d) => {
-      out += d;
-    });
+    const output = gathered(again);
     const code = await new Promise<number | null>((r) => again.on('exit', (c) => r(c)));
-    expect(code, out.slice(-4000)).toBe(1);
-    expect(out).toContain(`[start] start-up failed: ${victim} exited during start-up`);
-    expect(out).not.toContain('[start] up');
+    expect(code, output().slice(-4000)).toBe(1);
+    expect(output()).toContain(`[start] start-up failed: ${victim} exited during start-up`);
+    expect(output()).not.toContain('[start] up');
     for (const name of services) expect(await health(ports[name]), name).toBeUndefined();
     // Every process it started (the pids it logged) is gone.
-    const pids = startedPids(out);
+    const pids = startedPids(output());
     expect(pids.length).toBeGreaterThan(services.length);
     expect(pids.filter(isAlive)).toEqual([]);
   });
