@@ -29,7 +29,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { PLATFORM_NATS_USERS, tracingConfigured, writeNatsSetup } from '@gpu/common';
-import { freePort, testEnv } from '@gpu/common/testing';
+import { freePort, gatherOutput, testEnv } from '@gpu/common/testing';
 import { Ajv } from 'ajv';
 import { afterAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
@@ -720,18 +720,12 @@ describe('the image build, outside Docker', () => {
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let output = '';
-    child.stdout.on('data', (d) => {
-      output += d;
-    });
-    child.stderr.on('data', (d) => {
-      output += d;
-    });
+    const output = gatherOutput(child);
     try {
       const deadline = Date.now() + 30_000;
       let health: Response | undefined;
       while (!health?.ok) {
-        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`storage did not start:\n${output}`);
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`storage did not start:\n${output()}`);
         await new Promise((r) => setTimeout(r, 200));
         health = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
       }

@@ -6,7 +6,7 @@
  * cleanly with its own last line, and a start-up that fails stops what it had started. Its terminal shows start-up,
  * warnings, errors and a summary each minute; every request's JSON line goes to the log files in the data folder.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import {
   copyFileSync,
@@ -23,6 +23,7 @@ import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { gatherOutput } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { Decimal } from 'decimal.js';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -54,17 +55,6 @@ afterAll(async () => {
   await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
   if (child.exitCode === null) child.kill('SIGKILL');
 });
-
-/** What a child prints, standard output and error together, as it comes: read by calling the function. */
-function gathered(child: ChildProcess): () => string {
-  let output = '';
-  for (const stream of [child.stdout, child.stderr]) {
-    stream?.on('data', (d) => {
-      output += d;
-    });
-  }
-  return () => output;
-}
 
 /** curl with the given arguments: the HTTP status and the body. */
 async function curl(args: string[]): Promise<{ status: number; body: string }> {
@@ -740,7 +730,7 @@ describe('pnpm start', () => {
         env: { ...process.env, ...platformEnv(folder) },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
-      const output = gathered(child);
+      const output = gatherOutput(child);
       const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
         child.once('exit', (code, signal) => resolve({ code, signal })),
       );
@@ -1052,7 +1042,7 @@ describe('pnpm start', () => {
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const output = gathered(again);
+    const output = gatherOutput(again);
     const code = await new Promise<number | null>((r) => again.on('exit', (c) => r(c)));
     expect(code, output().slice(-4000)).toBe(1);
     expect(output()).toContain(`[start] start-up failed: ${victim} exited during start-up`);

@@ -18,6 +18,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { LIFELINE_FD, lifelineEnv } from '@gpu/common/lifeline';
+import { gatherOutput } from '@gpu/common/testing';
 import { STOP_TIMEOUT_MS } from '../../scripts/lib/supervisor.ts';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -151,19 +152,13 @@ export function startPlatform(
     detached: true,
   });
   child.stdio[LIFELINE_FD]?.on('error', () => {});
-  let output = '';
-  child.stdout?.on('data', (d) => {
-    output += d;
-  });
-  child.stderr?.on('data', (d) => {
-    output += d;
-  });
+  const output = gatherOutput(child);
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   return {
     child,
     dataDir,
     ports,
-    output: () => output,
+    output,
     exited,
     async untilHealthy(timeoutMs = 170_000) {
       const deadline = Date.now() + timeoutMs;
@@ -179,9 +174,9 @@ export function startPlatform(
     },
     async untilPrinted(text: string, timeoutMs = 30_000) {
       const deadline = Date.now() + timeoutMs;
-      while (!output.includes(text) && Date.now() < deadline && child.exitCode === null)
+      while (!output().includes(text) && Date.now() < deadline && child.exitCode === null)
         await new Promise((r) => setTimeout(r, 100));
-      return output;
+      return output();
     },
     async adminToken() {
       const admin = JSON.parse(readFileSync(path.join(dataDir, 'auth', 'admin.json'), 'utf8'));

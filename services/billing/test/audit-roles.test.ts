@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { auditRound, auditTrailExposure, createLogger, openDatabase, setAuditRetention } from '@gpu/common';
-import { createRoleDatabase, type RoleDatabase, untilOlder } from '@gpu/common/testing';
+import { createRoleDatabase, gatherOutput, type RoleDatabase, untilOlder } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { type QueryExecutorProvider, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,14 +23,8 @@ function run(env: Record<string, string>): Promise<{ code: number | null; output
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let output = '';
-  child.stdout.on('data', (d) => {
-    output += d;
-  });
-  child.stderr.on('data', (d) => {
-    output += d;
-  });
-  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, output })));
+  const output = gatherOutput(child);
+  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, output: output() })));
 }
 
 beforeAll(async () => {

@@ -9,7 +9,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger } from '@gpu/common';
-import { createTestDatabase, testEnv } from '@gpu/common/testing';
+import { createTestDatabase, gatherOutput, testEnv } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { billingContext } from '../src/app.ts';
@@ -92,20 +92,14 @@ describe('billing-service process', () => {
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let output = '';
-    child.stdout!.on('data', (d) => {
-      output += d;
-    });
-    child.stderr!.on('data', (d) => {
-      output += d;
-    });
+    const output = gatherOutput(child);
     let health: Response | undefined;
     for (let i = 0; i < 150; i++) {
       health = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
       if (health || child.exitCode !== null) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    expect(health?.status, output).toBe(200);
+    expect(health?.status, output()).toBe(200);
     expect(await health!.json()).toMatchObject({
       status: 'UP',
       service: 'billing-service',
@@ -141,9 +135,9 @@ describe('billing-service process', () => {
     const exited = new Promise<number | null>((r) => child!.once('exit', (code) => r(code)));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
-    expect(output).toContain('reconciled pending withdrawals and payouts');
+    expect(output()).toContain('reconciled pending withdrawals and payouts');
     // It runs as the test server's superuser: it says it could rewrite its audit trail.
-    expect(output).toMatch(/is a superuser: billing could rewrite its own audit trail/);
+    expect(output()).toMatch(/is a superuser: billing could rewrite its own audit trail/);
     await database.close();
     await testDb.drop();
   });

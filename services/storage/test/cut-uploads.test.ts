@@ -15,7 +15,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ListMultipartUploadsCommand, type S3Client } from '@aws-sdk/client-s3';
-import { freePort, testEnv } from '@gpu/common/testing';
+import { freePort, gatherOutput, testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compiledPath, ensureBuilt } from '../../../scripts/lib/build.ts';
 import { repoRoot } from '../../../scripts/lib/platform.ts';
@@ -106,16 +106,10 @@ async function startEmbeddedStore(): Promise<{ endpoint: string; stop(): Promise
     ['--openssl-legacy-provider', compiledPath(entry), '--port', String(port), '--dir', path.join(dir, 's3')],
     { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  let output = '';
-  child.stdout?.on('data', (d) => {
-    output += d;
-  });
-  child.stderr?.on('data', (d) => {
-    output += d;
-  });
+  const output = gatherOutput(child);
   const deadline = Date.now() + 30_000;
-  while (!output.includes('listening')) {
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`embedded store did not start:\n${output}`);
+  while (!output().includes('listening')) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`embedded store did not start:\n${output()}`);
     await new Promise((r) => setTimeout(r, 100));
   }
   return {

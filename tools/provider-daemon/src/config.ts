@@ -6,6 +6,9 @@ import os from 'node:os';
 import { loadConfig, zDuration, zDurationAtLeast, zInt } from '@gpu/common';
 import { z } from 'zod';
 
+/** The least disk a workload may be given, in MB (`workloads.disk_mb`'s least, and the least of a disk's share). */
+export const MIN_DISK_MB = 16;
+
 /** A GPU of a simulated machine: what nvidia-smi would report for it. An explicit configuration, never a fallback. */
 const simulatedGpu = z.object({
   name: z.string().min(1),
@@ -142,7 +145,7 @@ export const daemonConfigSchema = z
         open_files: zInt(64, 1_048_576).default(65_536),
         memory_mb: zInt(64).default(65_536),
         /** MB of a workload's disk (its work directory and /tmp together; one file at most), as the registry holds it. */
-        disk_mb: zInt(16, 2_147_483_647).default(102_400),
+        disk_mb: zInt(MIN_DISK_MB, 2_147_483_647).default(102_400),
         /** Files and directories on a workload's disk (its filesystem's inodes). */
         disk_files: zInt(1024, 100_000_000).default(1_000_000),
         /**

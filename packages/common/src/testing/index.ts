@@ -17,4 +17,12 @@ export { captureLogs } from './logs.ts';
 export { connectAsDaemon, firstStatus } from './nats-users.ts';
 export { contractProblems } from './openapi-contract.ts';
 export { type DriftOptions, requestSchemaDrift } from './request-drift.ts';
-export { freePort, type ServerProcess, spawnProcess, spawnServer, waitForHttp, waitForTcp } from './server-process.ts';
+export {
+  freePort,
+  gatherOutput,
+  type ServerProcess,
+  spawnProcess,
+  spawnServer,
+  waitForHttp,
+  waitForTcp,
+} from './server-process.ts';

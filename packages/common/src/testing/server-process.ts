@@ -28,17 +28,22 @@ export function spawnProcess(
     env: opts.env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let out = '';
-  child.stdout?.on('data', (d) => {
-    out += d;
-  });
-  child.stderr?.on('data', (d) => {
-    out += d;
-  });
+  const output = gatherOutput(child);
   const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
     child.once('exit', (code) => resolve({ code, at: Date.now() })),
   );
-  return { child, output: () => out, exited };
+  return { child, output, exited };
+}
+
+/** What a child prints, standard output and error together, as it comes: read by calling the function. */
+export function gatherOutput(child: ChildProcess): () => string {
+  let output = '';
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.on('data', (d) => {
+      output += d;
+    });
+  }
+  return () => output;
 }
 
 /**

@@ -52,7 +52,7 @@ import {
   type WorkloadSpec,
   workloadSpecSchema,
 } from '@gpu/common';
-import type { DaemonConfig } from '../config.ts';
+import { type DaemonConfig, MIN_DISK_MB } from '../config.ts';
 import type { GpuReading } from '../gpu/nvidia-smi.ts';
 import type { GpuSource } from '../gpu/source.ts';
 import type { SessionTraces, TraceContext } from '../session-trace.ts';
@@ -129,8 +129,6 @@ interface Running {
   checkpoint: { everyMs: number; at: number; busy: boolean; enter: boolean } | null;
 }
 
-/** The least disk a workload is given (`workloads.disk_mb`'s least). */
-const MIN_DISK_MB = 16;
 /** How often the runner asks billing again how long each running workload is paid for. */
 const PAID_REFRESH_MS = 30_000;
 /** How long the runner waits for billing to say whether an ended session was preempted (its notice). */
