@@ -530,7 +530,9 @@ function checkDeployments(docs: Doc[], label: string): void {
       `${config.server.health_path}/ready`,
     );
     for (const probe of ['livenessProbe', 'startupProbe']) {
-      expect(container[probe].httpGet.path, `${where}: ${probe} on /metrics (no dependency)`).toBe('/metrics');
+      expect(container[probe].httpGet.path, `${where}: ${probe} on the health route's live check (no dependency)`).toBe(
+        `${config.server.health_path}/live`,
+      );
     }
     for (const probe of ['readinessProbe', 'livenessProbe', 'startupProbe']) {
       expect(container[probe].httpGet.port, `${where}: ${probe} port`).toBe('http');
@@ -895,15 +897,15 @@ describe('deploy/k8s/monitoring', () => {
       ).toEqual([monitor.metadata.name]);
       expect(monitor.spec.namespaceSelector, where).toBeUndefined();
       const svc = selected[0];
-      // ... on its named port, at the path the liveness probes use (/metrics, which touches no dependency) ...
+      // ... on its named port, at the path the pods' scrape annotation names (/metrics) ...
       expect(monitor.spec.endpoints, where).toHaveLength(1);
       const [endpoint] = monitor.spec.endpoints as Doc[];
       expect(
         (svc.spec.ports as Doc[]).map((p) => p.name),
         where,
       ).toContain(endpoint.port);
-      const container = find(baseDocs, 'Deployment', svc.metadata.name).spec.template.spec.containers[0];
-      expect(endpoint.path, where).toBe(container.livenessProbe.httpGet.path);
+      const pod = find(baseDocs, 'Deployment', svc.metadata.name).spec.template;
+      expect(endpoint.path, where).toBe(pod.metadata.annotations['prometheus.io/path']);
       // ... and names the job by the Service's label (the operator's default would be the Service's name).
       jobs.push(monitor.spec.jobLabel ? svc.metadata.labels[monitor.spec.jobLabel] : svc.metadata.name);
     }

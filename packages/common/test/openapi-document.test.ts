@@ -161,6 +161,7 @@ describe('a service document', () => {
       ...app.routeTable,
       { method: 'GET', url: '/health' },
       { method: 'GET', url: '/health/ready' },
+      { method: 'GET', url: '/health/live' },
     ]);
     expect(problems).toEqual(['GET /things/{id}/{part}: 200 (application/json) is not a named schema']);
     expect(contractProblems(doc, [{ method: 'DELETE', url: '/things/:id' }])).toContain(

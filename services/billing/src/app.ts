@@ -161,7 +161,11 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     rewriteUrl: portHostRewrite,
   });
   // The proof of reserves' metrics, from every check for the record (an admin's at once).
-  if (deps.chain) watchReserves(context, app.metrics);
+  if (deps.chain) {
+    watchReserves(context, app.metrics, {
+      checkedInBackground: durationMs(deps.config.billing.reserve_check_interval) > 0,
+    });
+  }
   // Every answer of a route that moves money out or changes who gets it, in the audit trail (its config's `audit`).
   await app.register(auditHook, { db: deps.db as unknown as Kysely<never> });
   const routeDeps = { config: deps.config, logger: deps.logger, billing: context };

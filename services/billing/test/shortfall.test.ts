@@ -344,6 +344,31 @@ describe('the pause', () => {
     }
   });
 
+  it('shows when its checks began before the first, and no SOL balance it could not read', async () => {
+    const L = await setupLocalnet(6);
+    const chain = Object.create(L.chain) as Chain;
+    chain.treasurySol = () => Promise.reject(new Error('the RPC node did not answer'));
+    const before = Date.now() / 1000;
+    const h = await setupBilling({ chain });
+    try {
+      // No check yet: the stale-check alert counts from when this instance began checking, not from never.
+      const began = await metric(h, 'billing_reserve_check_timestamp_seconds');
+      expect(began).toBeGreaterThanOrEqual(Math.floor(before));
+      expect(began).toBeLessThanOrEqual(Date.now() / 1000);
+      const check = await h.app.inject({ url: '/api/v1/billing/reserves' });
+      expect(check.statusCode, check.body).toBe(200);
+      expect(check.json()).toMatchObject({ treasury_sol: null });
+      expect(await metric(h, 'billing_reserve_check_timestamp_seconds')).toBe(
+        Date.parse(check.json().checked_at) / 1000,
+      );
+      expect(await metric(h, 'billing_reserve_ratio')).toBeDefined();
+      // Never read: absent, not 0 (which would raise TreasurySolLow as an empty treasury).
+      expect(await metric(h, 'billing_treasury_sol')).toBeUndefined();
+    } finally {
+      await h.close();
+    }
+  });
+
   it("is shown by an admin's check in the metrics at once", async () => {
     const { h, cover, drain } = await platform();
     try {

@@ -70,6 +70,10 @@ describe('database outage', () => {
     const ready = await app.inject({ method: 'GET', url: '/health/ready' });
     expect(ready.statusCode).toBe(503);
     expect(ready.json()).toMatchObject({ status: 'DOWN', checks: { database: { status: 'DOWN' } } });
+    // Alive all the same: the liveness probe's answer checks nothing, so an outage restarts no instance.
+    const live = await app.inject({ method: 'GET', url: '/health/live' });
+    expect(live.statusCode).toBe(200);
+    expect(live.json()).toMatchObject({ status: 'UP', checks: {} });
     const read = await app.inject({ method: 'GET', url: `/providers/${p.id}` });
     expect(read.statusCode).toBe(503);
     expect(read.headers['content-type']).toContain('application/problem+json');

@@ -213,7 +213,11 @@ export async function createApp(opts: CreateAppOptions): Promise<App> {
   });
   const healthPath = config.server.health_path;
   const publicPaths = (url: string) =>
-    url === healthPath || url === `${healthPath}/ready` || url === '/metrics' || /^\/(docs|redoc)(\/|$)/.test(url);
+    url === healthPath ||
+    url === `${healthPath}/ready` ||
+    url === `${healthPath}/live` ||
+    url === '/metrics' ||
+    /^\/(docs|redoc)(\/|$)/.test(url);
   const verifier = verifierFor(opts);
   if (!verifier) {
     opts.logger.warn(

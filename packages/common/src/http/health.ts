@@ -6,6 +6,9 @@
  * its object store): whether this instance should get traffic. A dependency whose outage the service rides out (NATS:
  * events wait in the outbox, daemons fall back to HTTP) makes `/health` 503 and leaves `/health/ready` 200, so a
  * readiness probe does not take every instance out when it goes, and with them the HTTP path the platform falls back on.
+ *
+ * GET /health/live: 200 whenever the process answers at all, touching no dependency (a liveness probe's): a database
+ * that hangs takes instances out of traffic (`/ready`), it does not get every one of them restarted at once.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -112,6 +115,23 @@ export const healthPlugin = fp(
         config: { openapi: { internal: true } },
       },
       answer(opts.ready ?? Object.keys(opts.checks)),
+    );
+    app.get(
+      `${opts.path}/live`,
+      {
+        schema: {
+          tags: ['health'],
+          summary: 'Whether this instance answers at all: no dependency is checked',
+          description:
+            "For a liveness probe: 200 while the process serves requests, whatever its dependencies' state (those " +
+            "are `/health/ready`'s), so an outage of the database does not get every instance restarted.",
+          operationId: 'getLiveness',
+          response: { 200: healthSchema },
+        },
+        logLevel: 'warn',
+        config: { openapi: { internal: true } },
+      },
+      answer([]),
     );
   },
   { name: 'health' },

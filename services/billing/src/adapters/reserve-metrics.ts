@@ -5,15 +5,20 @@
  * being claimed by signature), and when the last check ran; and whether withdrawals and payouts are paused (read from
  * the database when Prometheus scrapes).
  *
- * The report's gauges are registered with the first check, not before: a gauge never set would read 0, as an empty
- * treasury.
+ * Each of the report's gauges is registered when the first check sets it, not before: a gauge never set would read 0,
+ * as an empty treasury (and the SOL balance, read apart, only once a read of it succeeded). But where this instance
+ * checks the reserves in the background, when they were last checked is there from the start, reading when it started:
+ * a chain unreachable from the first check on raises the stale-check alert as one that became unreachable later does.
  */
 import { Gauge, type Metric, type Registry } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { payoutPause, type ReserveReport } from '../domain/reserves/index.ts';
 
-/** Registers the metrics on `registry` and has the context's checks recorded in them. */
-export function watchReserves(ctx: BillingContext, registry: Registry): void {
+/**
+ * Registers the metrics on `registry` and has the context's checks recorded in them; `checkedInBackground`: this
+ * instance checks the reserves on its own (background.ts), so their last check's time starts at now.
+ */
+export function watchReserves(ctx: BillingContext, registry: Registry, opts: { checkedInBackground: boolean }): void {
   const gauge = (name: string, help: string) => new Gauge({ name, help, registers: [] });
   const balance = gauge('billing_treasury_balance_tokens', "the treasury's balance of the platform token on chain");
   const sol = gauge(
@@ -30,12 +35,23 @@ export function watchReserves(ctx: BillingContext, registry: Registry): void {
   );
   const ratio = gauge('billing_reserve_ratio', "the treasury's balance over what it must hold (below 1: not covered)");
   const gap = gauge('billing_reserve_gap_tokens', 'what the treasury lacks to cover the ledger (0 when covered)');
-  const checked = gauge('billing_reserve_check_timestamp_seconds', 'when the reserves were last checked (Unix time)');
+  const checked = gauge(
+    'billing_reserve_check_timestamp_seconds',
+    'when the reserves were last checked (Unix time); before the first check, when this instance started checking them',
+  );
   const unclaimed = gauge(
     'billing_deposits_unclaimed_tokens',
     'deposits waiting: what the treasury holds beyond what it must (tokens sent to it that no wallet has claimed yet)',
   );
-  const report: Metric[] = [balance, sol, owed, required, ratio, gap, checked, unclaimed];
+  const shown = new Set<Metric>();
+  const show = (metric: Gauge, value: number) => {
+    if (!shown.has(metric)) {
+      registry.registerMetric(metric);
+      shown.add(metric);
+    }
+    metric.set(value);
+  };
+  if (opts.checkedInBackground) show(checked, Date.now() / 1000);
   registry.registerMetric(
     new Gauge({
       name: 'billing_payouts_paused',
@@ -50,21 +66,16 @@ export function watchReserves(ctx: BillingContext, registry: Registry): void {
       },
     }),
   );
-  let registered = false;
   const record = (r: ReserveReport) => {
-    if (!registered) {
-      for (const metric of report) registry.registerMetric(metric);
-      registered = true;
-    }
-    balance.set(Number(r.treasury_balance));
-    if (r.treasury_sol !== null) sol.set(Number(r.treasury_sol));
-    owed.set(Number(r.owed.total));
-    required.set(Number(r.required));
+    show(balance, Number(r.treasury_balance));
+    if (r.treasury_sol !== null) show(sol, Number(r.treasury_sol));
+    show(owed, Number(r.owed.total));
+    show(required, Number(r.required));
     // Nothing required: covered, whatever the balance.
-    ratio.set(r.ratio === null ? 1 : Number(r.ratio));
-    gap.set(Number(r.gap));
-    unclaimed.set(Math.max(0, Number(r.treasury_balance) - Number(r.required)));
-    checked.set(Date.parse(r.checked_at) / 1000);
+    show(ratio, r.ratio === null ? 1 : Number(r.ratio));
+    show(gap, Number(r.gap));
+    show(unclaimed, Math.max(0, Number(r.treasury_balance) - Number(r.required)));
+    show(checked, Date.parse(r.checked_at) / 1000);
   };
   ctx.state.reserveWatch = record;
   // A check made before the app was built (the service's first, at start-up).
