@@ -4,11 +4,16 @@
  * event (but the retention purge's deletion of old ones).
  */
 
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { appendAudit, purgeAudit, setAuditRetention } from '@gpu/common';
+import { lockWaiters } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
-import { bearer, registerAndLogin, testConfig, useAuth } from './helpers.ts';
+import { ensureBootstrapClients } from '../src/domain/clients.ts';
+import { bearer, registerAndLogin, startAuth, testConfig, useAuth } from './helpers.ts';
 
 const ADMIN = { email: 'auditor@example.com', password: 'initial admin passphrase' };
 const auth = useAuth(testConfig({ admin: ADMIN }));
@@ -123,5 +128,130 @@ describe('the audit trail', () => {
     expect((await trail(`action=${event!.action}`)).events.map((e) => e.id)).not.toContain(event!.id);
     expect((await trail('action=recent')).events).toHaveLength(1);
     await setAuditRetention(auth.db, 0);
+  });
+});
+
+describe('a change and its event', () => {
+  /** Runs `body` while the trail refuses events of `action` (a full disk, a lost connection: any failed append). */
+  async function refusing<T>(action: string, body: () => Promise<T>): Promise<T> {
+    await sql`ALTER TABLE audit_events ADD CONSTRAINT zz_refused CHECK (action <> ${sql.lit(action)}) NOT VALID`.execute(
+      auth.db,
+    );
+    try {
+      return await body();
+    } finally {
+      await sql`ALTER TABLE audit_events DROP CONSTRAINT zz_refused`.execute(auth.db);
+    }
+  }
+
+  it('commit together: a change whose event cannot be appended is not made', async () => {
+    const { user, tokens } = await registerAndLogin(auth.app);
+    const created = await refusing('api_key_created', () =>
+      auth.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/keys',
+        headers: bearer(tokens.access_token),
+        payload: { name: 'unrecorded', scopes: ['offers'] },
+      }),
+    );
+    expect(created.statusCode).toBeGreaterThanOrEqual(500);
+    const keys = await auth.app.inject({ url: '/api/v1/auth/keys', headers: bearer(tokens.access_token) });
+    expect(keys.json()).toEqual([]);
+    const roles = await refusing('roles_changed', () =>
+      auth.app.inject({
+        method: 'PUT',
+        url: `/api/v1/auth/users/${user.id}/roles`,
+        headers: admin,
+        payload: { roles: ['renter', 'provider'] },
+      }),
+    );
+    expect(roles.statusCode).toBeGreaterThanOrEqual(500);
+    const after = await auth.db.selectFrom('users').select('roles').where('id', '=', user.id).executeTakeFirstOrThrow();
+    expect(after.roles).toEqual(user.roles);
+    expect((await trail(`actor_id=${user.id}`)).events).toEqual([]);
+    expect((await trail(`action=roles_changed&target=user:${user.id}`)).events).toEqual([]);
+  });
+
+  it('are one for a change made once, however many ask for it at once', async () => {
+    const { tokens } = await registerAndLogin(auth.app);
+    const created = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: bearer(tokens.access_token),
+      payload: { name: 'revoked-at-once', scopes: ['offers'] },
+    });
+    const keyId = created.json().key.id as string;
+    // The key's row held while five revocations read it and wait to write it: they race as closely as they can.
+    const revokes = await auth.db.transaction().execute(async (trx) => {
+      await sql`SELECT 1 FROM api_keys WHERE id = ${keyId} FOR UPDATE`.execute(trx);
+      const racing = Promise.all(
+        Array.from({ length: 5 }, () =>
+          auth.app.inject({
+            method: 'DELETE',
+            url: `/api/v1/auth/keys/${keyId}`,
+            headers: bearer(tokens.access_token),
+          }),
+        ),
+      );
+      await lockWaiters(auth.db, 5);
+      return { racing };
+    });
+    const answers = await revokes.racing;
+    expect(answers.map((r) => r.statusCode)).toEqual([200, 200, 200, 200, 200]);
+    expect(new Set(answers.map((r) => r.json().revoked_at)).size).toBe(1);
+    expect((await trail(`action=api_key_revoked&target=api_key:${keyId}`)).events).toHaveLength(1);
+  });
+
+  it("leave no platform client's secret file behind an event that could not be appended", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'audit-bootstrap-'));
+    const boot = await startAuth(
+      auth.db,
+      testConfig({ clients: { bootstrap: 'audited-svc:service', secrets_dir: dir } }),
+    );
+    try {
+      await refusing('client_bootstrapped', async () => {
+        await expect(ensureBootstrapClients(boot.ctx)).rejects.toMatchObject({ code: '23514' });
+      });
+      expect(existsSync(path.join(dir, 'audited-svc.json'))).toBe(false);
+      const clients = await auth.db.selectFrom('clients').select('id').where('name', '=', 'audited-svc').execute();
+      expect(clients).toEqual([]);
+      // Once the trail takes it again, the next start makes the client, its file and its event.
+      expect(await ensureBootstrapClients(boot.ctx)).toEqual([path.join(dir, 'audited-svc.json')]);
+      expect((await trail('action=client_bootstrapped')).events).toHaveLength(1);
+    } finally {
+      await boot.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('records a logout and a spent refresh token presented again', async () => {
+    const strict = await startAuth(auth.db, testConfig({ admin: ADMIN, jwt: { refresh_reuse_interval: '0s' } }));
+    try {
+      const { user, tokens } = await registerAndLogin(strict.app);
+      const refresh = (token: string) =>
+        strict.app.inject({
+          method: 'POST',
+          url: '/api/v1/auth/refresh',
+          payload: { refresh_token: token },
+          remoteAddress: '203.0.113.44',
+        });
+      const next = await refresh(tokens.refresh_token);
+      expect(next.statusCode).toBe(200);
+      const reused = await refresh(tokens.refresh_token);
+      expect(reused.json().code).toBe('REFRESH_TOKEN_REUSED');
+      const again = await registerAndLogin(strict.app, { email: `again-${user.email}` });
+      const out = await strict.app.inject({
+        method: 'POST',
+        url: '/api/v1/auth/logout',
+        payload: { refresh_token: again.tokens.refresh_token },
+      });
+      expect(out.statusCode).toBeLessThan(300);
+      expect((await trail(`action=refresh_token_reused&actor_id=${user.id}`)).events).toMatchObject([
+        { outcome: 'refused', address: '203.0.113.44' },
+      ]);
+      expect((await trail(`action=logged_out&actor_id=${again.user.id}`)).events).toHaveLength(1);
+    } finally {
+      await strict.close();
+    }
   });
 });

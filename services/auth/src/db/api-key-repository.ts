@@ -59,15 +59,15 @@ export async function countActiveApiKeys(db: Kysely<AuthDatabase>, userId: strin
   return Number(row.n);
 }
 
-/** Revokes the key (once: a second revocation keeps the first time). */
+/** Revokes the key (once: a second revocation keeps the first time): the key revoked now, undefined when it was already. */
 export async function revokeApiKey(db: Kysely<AuthDatabase>, id: string): Promise<ApiKeyRow | undefined> {
-  await db
+  return db
     .updateTable('api_keys')
     .set({ revoked_at: new Date() })
     .where('id', '=', id)
     .where('revoked_at', 'is', null)
-    .execute();
-  return findApiKey(db, id);
+    .returningAll()
+    .executeTakeFirst();
 }
 
 /** Revokes every key of the user (a password reset: keys made by whoever held the account go with it); how many. */

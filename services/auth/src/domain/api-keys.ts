@@ -27,7 +27,7 @@ import {
 import { findUserById, isUniqueViolation, lockUser } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import { epochOf } from './accounts/index.ts';
-import { audit } from './audit.ts';
+import { audit, auditedChange } from './audit.ts';
 import { hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
 import { signedInUser } from './sign-ins.ts';
@@ -60,7 +60,7 @@ export async function createApiKey(
   const epoch = await epochOf(ctx, actor, userId);
   try {
     // Counted and written with the user locked: keys made at once do not both pass the count.
-    const row = await ctx.db.transaction().execute(async (trx) => {
+    const row = await auditedChange(ctx, async (trx, record) => {
       await lockUser(trx, userId);
       if ((await countActiveApiKeys(trx, userId)) >= ctx.config.api_keys.max_per_user) {
         throw errors.conflict(
@@ -68,7 +68,7 @@ export async function createApiKey(
           `a user holds at most ${ctx.config.api_keys.max_per_user} keys: revoke one`,
         );
       }
-      return insertApiKey(trx, {
+      const made = await insertApiKey(trx, {
         id,
         user_id: userId,
         name: input.name,
@@ -78,12 +78,17 @@ export async function createApiKey(
         expires_at: input.expiresAt ?? null,
         epoch,
       });
+      await record(
+        {
+          action: 'api_key_created',
+          actor,
+          target: `api_key:${id}`,
+          details: { scopes: made.scopes, name: made.name },
+        },
+        'API key created',
+      );
+      return made;
     });
-    await audit(
-      ctx,
-      { action: 'api_key_created', actor, target: `api_key:${id}`, details: { scopes: row.scopes, name: row.name } },
-      'API key created',
-    );
     return { key: shown(row), secret };
   } catch (err) {
     if (isUniqueViolation(err))
@@ -113,10 +118,13 @@ export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: strin
   const userId = signedInUser(actor, 'their API keys');
   const key = await findApiKey(ctx.db, id);
   if (!key || key.user_id !== userId) throw errors.notFound('API_KEY_NOT_FOUND', `API key ${id} not found`);
-  const revoked = (await revokeRow(ctx.db, id)) ?? key;
-  if (!key.revoked_at)
-    await audit(ctx, { action: 'api_key_revoked', actor, target: `api_key:${id}` }, 'API key revoked');
-  return shown(revoked);
+  // Revoked once: only the request that revoked it records it.
+  const revoked = await auditedChange(ctx, async (trx, record) => {
+    const row = await revokeRow(trx, id);
+    if (row) await record({ action: 'api_key_revoked', actor, target: `api_key:${id}` }, 'API key revoked');
+    return row;
+  });
+  return shown(revoked ?? (await findApiKey(ctx.db, id)) ?? key);
 }
 
 /**

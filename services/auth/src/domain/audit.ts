@@ -1,10 +1,17 @@
 /**
  * The auth service's audit trail: each security-relevant action (API keys and clients created, rotated, revoked or
- * refused; roles changed; passwords changed or reset; devices signed out; addresses verified) is logged and appended
+ * refused; SSH keys added or removed; roles changed; passwords changed or reset; devices signed out, logouts, a spent
+ * refresh token presented again; addresses verified; NATS users refused) is logged and appended
  * to `audit_events` (append-only in the database) with who did it, from which address, in which request, and the
  * outcome. Admins read it at `GET /api/v1/auth/audit`; `audit.retention` says how long it is kept.
+ *
+ * A change and its event are one transaction (`auditedChange`): neither commits without the other, so a failed append
+ * fails the change, and a crash between them loses nothing. What changes nothing (a refusal) is appended on its own
+ * (`audit`): a failure there is logged.
  */
 import { type AuditOutcome, appendAudit, auditActor, type Principal } from '@gpu/common';
+import type { Transaction } from 'kysely';
+import type { AuthDatabase } from '../db/schema.ts';
 import type { AuthContext } from './context.ts';
 
 export interface AuditEvent {
@@ -20,8 +27,8 @@ export interface AuditEvent {
 
 const actorOf = (actor: AuditEvent['actor']) => (actor && 'subject' in actor ? auditActor(actor) : (actor ?? null));
 
-/** Logs the action and appends it to the trail; a failure to append is logged, never thrown (the action is done). */
-export async function audit(ctx: AuthContext, event: AuditEvent, message: string): Promise<void> {
+/** The event's row in the trail and its log line. */
+function entryOf(ctx: AuthContext, event: AuditEvent) {
   const actor = actorOf(event.actor);
   const outcome = event.outcome ?? 'succeeded';
   const line = {
@@ -32,19 +39,54 @@ export async function audit(ctx: AuthContext, event: AuditEvent, message: string
     target: event.target ?? null,
     ...event.details,
   };
-  if (outcome === 'succeeded') ctx.logger.info(line, message);
-  else ctx.logger.warn(line, message);
+  const row = {
+    action: event.action,
+    outcome,
+    actor,
+    address: event.address ?? ctx.origin?.ip ?? null,
+    target: event.target ?? null,
+    details: event.details ?? {},
+    requestId: ctx.origin?.requestId ?? null,
+  };
+  const log = (message: string) =>
+    outcome === 'succeeded' ? ctx.logger.info(line, message) : ctx.logger.warn(line, message);
+  return { row, log };
+}
+
+/**
+ * Logs what changed nothing (a refusal) and appends it to the trail; a failure to append is logged, never thrown. A
+ * change is recorded with `auditedChange`.
+ */
+export async function audit(ctx: AuthContext, event: AuditEvent, message: string): Promise<void> {
+  const { row, log } = entryOf(ctx, event);
+  log(message);
   try {
-    await appendAudit(ctx.db, {
-      action: event.action,
-      outcome,
-      actor,
-      address: event.address ?? ctx.origin?.ip ?? null,
-      target: event.target ?? null,
-      details: event.details ?? {},
-      requestId: ctx.origin?.requestId ?? null,
-    });
+    await appendAudit(ctx.db, row);
   } catch (err) {
     ctx.logger.error({ err, action: event.action }, 'appending to the audit trail failed');
   }
+}
+
+/** Appends an event to the trail in the change's transaction; its log line is written once that has committed. */
+export type RecordAudit = (event: AuditEvent, message: string) => Promise<void>;
+
+/**
+ * Runs `change` in a transaction in which it records its events (`record`): the change and its events commit together
+ * or not at all (a failed append throws, and the change is rolled back). Each event's log line is written after the
+ * commit. Appending takes the trail's one lock until the commit: record last, after the change's own work.
+ */
+export async function auditedChange<T>(
+  ctx: AuthContext,
+  change: (trx: Transaction<AuthDatabase>, record: RecordAudit) => Promise<T>,
+): Promise<T> {
+  const logs: (() => void)[] = [];
+  const result = await ctx.db.transaction().execute((trx) =>
+    change(trx, async (event, message) => {
+      const { row, log } = entryOf(ctx, event);
+      await appendAudit<AuthDatabase>(trx, row);
+      logs.push(() => log(message));
+    }),
+  );
+  for (const log of logs) log();
+  return result;
 }

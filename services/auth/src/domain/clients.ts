@@ -44,7 +44,7 @@ import {
 import { findUserById, isUniqueViolation } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
 import { epochOf } from './accounts/index.ts';
-import { audit } from './audit.ts';
+import { audit, auditedChange, type RecordAudit } from './audit.ts';
 import { generateSecret, hashSecret, secretMatches } from './client-secret.ts';
 import type { AuthContext } from './context.ts';
 import { issueClientToken } from './token-pair.ts';
@@ -74,10 +74,9 @@ async function manageable(ctx: AuthContext, actor: Principal, id: string): Promi
   return client;
 }
 
-/** A change to a client, in the audit trail (`client_created`, `client_rotated`, ...). */
-function auditClient(ctx: AuthContext, actor: Principal | null, action: string, client: ClientRow, extra = {}) {
-  return audit(
-    ctx,
+/** A change to a client, in the audit trail (`client_created`, `client_rotated`, ...), in the change's transaction. */
+function auditClient(record: RecordAudit, actor: Principal | null, action: string, client: ClientRow, extra = {}) {
+  return record(
     {
       action: `client_${action}`,
       actor,
@@ -108,15 +107,18 @@ export async function createClient(ctx: AuthContext, actor: Principal, input: Ne
   }
   const secret = generateSecret();
   try {
-    const client = await insertClient(ctx.db, {
-      name: input.name,
-      role: input.role,
-      owner_id: ownerId,
-      secret_hash: hashSecret(secret),
-      created_by: actor.unchecked ? null : actor.subject,
-      ...(ownerEpoch === undefined ? {} : { owner_epoch: ownerEpoch }),
+    const client = await auditedChange(ctx, async (trx, record) => {
+      const made = await insertClient(trx, {
+        name: input.name,
+        role: input.role,
+        owner_id: ownerId,
+        secret_hash: hashSecret(secret),
+        created_by: actor.unchecked ? null : actor.subject,
+        ...(ownerEpoch === undefined ? {} : { owner_epoch: ownerEpoch }),
+      });
+      await auditClient(record, actor, 'created', made, { owner_id: ownerId });
+      return made;
     });
-    await auditClient(ctx, actor, 'created', client, { owner_id: ownerId });
     return { client, secret };
   } catch (err) {
     // Names are unique among the owner's active clients (a platform client's among the platform's).
@@ -157,17 +159,24 @@ export async function rotateClient(
 ): Promise<ClientWithSecret> {
   await manageable(ctx, actor, id);
   const secret = generateSecret();
-  const client = await rotateSecret(ctx.db, id, hashSecret(secret), new Date(Date.now() + graceMs));
-  if (!client) throw authErrors.clientRevoked(id);
-  await auditClient(ctx, actor, 'rotated', client, { previous_secret_valid_ms: graceMs });
+  const client = await auditedChange(ctx, async (trx, record) => {
+    const rotated = await rotateSecret(trx, id, hashSecret(secret), new Date(Date.now() + graceMs));
+    if (!rotated) throw authErrors.clientRevoked(id);
+    await auditClient(record, actor, 'rotated', rotated, { previous_secret_valid_ms: graceMs });
+    return rotated;
+  });
   return { client, secret };
 }
 
 export async function revokeClient(ctx: AuthContext, actor: Principal, id: string): Promise<ClientRow> {
   const before = await manageable(ctx, actor, id);
-  const client = (await revokeClientRow(ctx.db, id)) ?? before;
-  if (!before.revoked_at) await auditClient(ctx, actor, 'revoked', client);
-  return client;
+  // Revoked once: only the request that revoked it records it.
+  const revoked = await auditedChange(ctx, async (trx, record) => {
+    const row = await revokeClientRow(trx, id);
+    if (row) await auditClient(record, actor, 'revoked', row);
+    return row;
+  });
+  return revoked ?? (await findClient(ctx.db, id)) ?? before;
 }
 
 /** Whether the secret is the client's current one, or its previous one within the grace period. */
@@ -272,7 +281,7 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
   const written: string[] = [];
   for (const { name, role } of bootstrap.map(parseBootstrap)) {
     const file = path.join(dir, `${name}.json`);
-    await ctx.db.transaction().execute(async (trx) => {
+    await auditedChange(ctx, async (trx, record) => {
       await lockBootstrapClients(trx);
       const existing = await findActivePlatformClient(trx, name);
       if (existing && existing.role === role && existsSync(file)) return;
@@ -281,7 +290,10 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
       if (existing && existing.role === role) {
         client = (await rotateSecret(trx, existing.id, hashSecret(secret), new Date()))!;
       } else {
-        if (existing) await revokeClientRow(trx, existing.id);
+        if (existing) {
+          await revokeClientRow(trx, existing.id);
+          await auditClient(record, null, 'revoked', existing, { reason: `bootstrapped again as ${role}` });
+        }
         client = await insertClient(trx, {
           name,
           role,
@@ -290,13 +302,13 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
           created_by: null,
         });
       }
+      // Recorded before the file is written: a failed append leaves no file naming a client that does not exist.
+      await auditClient(record, null, existing?.role === role ? 'secret_reissued' : 'bootstrapped', client, { file });
       const body = { client_id: client.id, client_secret: secret, role, name, created_at: new Date().toISOString() };
       const tmp = `${file}.${randomUUID()}.tmp`;
       writeFileSync(tmp, `${JSON.stringify(body, null, 2)}\n`, { mode: 0o600 });
       chmodSync(tmp, 0o600);
       renameSync(tmp, file);
-      // In this transaction: an embedded database has one connection, which the transaction holds.
-      await auditClient({ ...ctx, db: trx }, null, existing ? 'secret_reissued' : 'bootstrapped', client, { file });
       written.push(file);
     });
   }

@@ -22,6 +22,7 @@ import type { AuthDatabase } from '../db/schema.ts';
 import type { DeviceWrite } from '../db/trusted-device-repository.ts';
 import { findUserForLogin, lockUser, shareUser, type UserRow, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
+import { auditedChange, type RecordAudit } from './audit.ts';
 import type { AuthContext } from './context.ts';
 import { normaliseEmail } from './email.ts';
 import { consumeLoginAttempt, loginLimits } from './login-limits.ts';
@@ -95,7 +96,7 @@ export async function underCheckedPassword<T>(
   ctx: AuthContext,
   user: UserRow,
   password: string,
-  write: (trx: Kysely<AuthDatabase>, held: UserRow, rehashed: string | null) => Promise<T>,
+  write: (trx: Kysely<AuthDatabase>, held: UserRow, rehashed: string | null, record: RecordAudit) => Promise<T>,
   opts: { replacing?: boolean } = {},
 ): Promise<T> {
   let checked = user.password_hash;
@@ -103,11 +104,11 @@ export async function underCheckedPassword<T>(
     // `replacing` (a password change, which signs out too: revokingSignIns's lock): no rehash, and the account alone.
     const rehashed = !opts.replacing && ctx.hasher.needsRehash(checked) ? await ctx.hasher.hash(password) : null;
     type Outcome = { done: T } | { changed: string } | { refused: true };
-    const outcome = await ctx.db.transaction().execute(async (trx): Promise<Outcome> => {
+    const outcome = await auditedChange(ctx, async (trx, record): Promise<Outcome> => {
       const held = rehashed || opts.replacing ? await lockUser(trx, user.id) : await shareUser(trx, user.id);
       if (!held || held.epoch !== user.epoch) return { refused: true };
       if (held.password_hash !== checked) return { changed: held.password_hash };
-      return { done: await write(trx, held, rehashed) };
+      return { done: await write(trx, held, rehashed, record) };
     });
     if ('done' in outcome) return outcome.done;
     if ('refused' in outcome || tries > 0 || !(await ctx.hasher.verify(outcome.changed, password))) {
@@ -124,13 +125,13 @@ export async function underCheckedPassword<T>(
  * see a token written after it began, and that device stayed signed in.)
  */
 export function revokingSignIns<T>(
-  ctx: Pick<AuthContext, 'db'>,
+  ctx: AuthContext,
   userId: string,
-  revoke: (trx: Kysely<AuthDatabase>) => Promise<T>,
+  revoke: (trx: Kysely<AuthDatabase>, record: RecordAudit) => Promise<T>,
 ): Promise<T> {
-  return ctx.db.transaction().execute(async (trx) => {
+  return auditedChange(ctx, async (trx, record) => {
     await lockUser(trx, userId);
-    return revoke(trx);
+    return revoke(trx, record);
   });
 }
 
@@ -189,11 +190,22 @@ export async function refresh(
     return { pair: await issueTokenPair(ctx, trx, user, family, undefined, origin) };
   });
   if ('pair' in outcome) return outcome.pair;
-  const log = { family_id: outcome.familyId, user_id: outcome.userId, ip: clientIp };
   switch (outcome.failure) {
     case 'reused':
-      await revokingSignIns(ctx, outcome.userId!, (trx) => revokeFamily(trx, outcome.familyId!, 'reuse_detected'));
-      ctx.logger.warn(log, 'refresh token reuse detected: token family revoked');
+      // A spent token presented again: a copy of it is in someone else's hands (a theft's sign).
+      await revokingSignIns(ctx, outcome.userId!, async (trx, record) => {
+        if ((await revokeFamily(trx, outcome.familyId!, 'reuse_detected')) === 0) return;
+        await record(
+          {
+            action: 'refresh_token_reused',
+            outcome: 'refused',
+            actor: { id: outcome.userId!, kind: 'user' },
+            target: `sign_in:${outcome.familyId}`,
+            address: clientIp,
+          },
+          'refresh token reuse detected: token family revoked',
+        );
+      });
       throw authErrors.refreshTokenReused();
     case 'revoked':
       throw authErrors.refreshTokenRevoked();
@@ -210,6 +222,11 @@ export async function refresh(
 export async function logout(ctx: AuthContext, refreshToken: string): Promise<void> {
   const row = await findRefreshToken(ctx.db, hashRefreshToken(refreshToken));
   if (!row) return;
-  const revoked = await revokingSignIns(ctx, row.user_id, (trx) => revokeFamily(trx, row.family_id, 'logout'));
-  if (revoked > 0) ctx.logger.info({ family_id: row.family_id, user_id: row.user_id }, 'logged out');
+  await revokingSignIns(ctx, row.user_id, async (trx, record) => {
+    if ((await revokeFamily(trx, row.family_id, 'logout')) === 0) return;
+    await record(
+      { action: 'logged_out', actor: { id: row.user_id, kind: 'user' }, target: `sign_in:${row.family_id}` },
+      'logged out',
+    );
+  });
 }

@@ -23,7 +23,7 @@ import {
 } from '../db/refresh-token-repository.ts';
 import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
-import { audit } from './audit.ts';
+
 import type { AuthContext } from './context.ts';
 import { loginLimits } from './login-limits.ts';
 import { noticePasswordChanged } from './mail/notices.ts';
@@ -65,26 +65,28 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
   if ((await familyOwner(ctx.db, familyId)) !== userId) {
     throw errors.notFound('SIGN_IN_NOT_FOUND', `sign-in ${familyId} not found`);
   }
-  await revokingSignIns(ctx, userId, (trx) => revokeFamily(trx, familyId, 'signed_out'));
-  await audit(ctx, { action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out');
+  await revokingSignIns(ctx, userId, async (trx, record) => {
+    // Signed out once: only the request that did it records it.
+    if ((await revokeFamily(trx, familyId, 'signed_out')) === 0) return;
+    await record({ action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out');
+  });
 }
 
 /** Signs out every device of the user but the caller's own (`includeCurrent`: that one too); how many were. */
 export async function signOutOthers(ctx: AuthContext, actor: Principal, includeCurrent: boolean): Promise<number> {
   const userId = signedInUser(actor, 'their sign-ins');
   // Counted under the account's lock too: a login or refresh writing a sign-in meanwhile is not counted as signed out.
-  const signedOut = await revokingSignIns(ctx, userId, async (trx) => {
+  return revokingSignIns(ctx, userId, async (trx, record) => {
     const now = new Date();
     const before = await countLiveSignIns(trx, userId, now);
     await revokeUserFamilies(trx, userId, 'signed_out', includeCurrent ? undefined : actor.sessionId);
-    return before - (await countLiveSignIns(trx, userId, now));
+    const signedOut = before - (await countLiveSignIns(trx, userId, now));
+    await record(
+      { action: 'signed_out_all', actor, target: `user:${userId}`, details: { include_current: includeCurrent } },
+      'devices signed out',
+    );
+    return signedOut;
   });
-  await audit(
-    ctx,
-    { action: 'signed_out_all', actor, target: `user:${userId}`, details: { include_current: includeCurrent } },
-    'devices signed out',
-  );
-  return signedOut;
 }
 
 /** Changes the user's password (the current one checked), and signs out every other device. */
@@ -113,16 +115,15 @@ export async function changePassword(
     ctx,
     user,
     normalisePassword(input.currentPassword),
-    async (trx) => {
+    async (trx, _held, _rehashed, record) => {
       await updatePasswordHash(trx, userId, hash);
       await revokeUserFamilies(trx, userId, 'password_changed', actor.sessionId);
+      await record(
+        { action: 'password_changed', actor, target: `user:${userId}` },
+        'password changed; other devices signed out',
+      );
     },
     { replacing: true },
   );
   noticePasswordChanged(ctx, user);
-  await audit(
-    ctx,
-    { action: 'password_changed', actor, target: `user:${userId}` },
-    'password changed; other devices signed out',
-  );
 }

@@ -11,7 +11,7 @@ import {
   updateRoles,
 } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
-import { audit } from '../audit.ts';
+import { auditedChange } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { normaliseEmail } from '../email.ts';
 import { normalisePassword } from '../passwords/index.ts';
@@ -59,25 +59,23 @@ export async function currentUser(ctx: Pick<AuthContext, 'db'>, userId: string):
 /** Replaces a user's roles (admin only, checked by the route). The last admin keeps the admin role. */
 export async function setRoles(ctx: AuthContext, actorId: string, userId: string, roles: Role[]): Promise<UserRow> {
   const next = uniqueRoles(roles);
-  const updated = await ctx.db.transaction().execute(async (trx) => {
+  return auditedChange(ctx, async (trx, record) => {
     const admins = await lockAdmins(trx);
     const user = await findUserById(trx, userId);
     if (!user) throw authErrors.userNotFound(userId);
     if (admins.includes(userId) && !next.includes('admin') && admins.length <= 1) throw authErrors.lastAdmin();
     const row = await updateRoles(trx, userId, next);
-    return { before: user.roles, row: row! };
+    await record(
+      {
+        action: 'roles_changed',
+        actor: { id: actorId, kind: 'user' },
+        target: `user:${userId}`,
+        details: { roles_before: user.roles, roles_after: next },
+      },
+      'user roles changed',
+    );
+    return row!;
   });
-  await audit(
-    ctx,
-    {
-      action: 'roles_changed',
-      actor: { id: actorId, kind: 'user' },
-      target: `user:${userId}`,
-      details: { roles_before: updated.before, roles_after: next },
-    },
-    'user roles changed',
-  );
-  return updated.row;
 }
 
 /**

@@ -4,7 +4,7 @@
  * a token names is still live (liveness.ts).
  */
 export { currentUser, ensureInitialAdmin, register, setRoles } from './accounts.ts';
-export { epochOf, startAfresh } from './epochs.ts';
+export { epochOf, type FreshStart, startAfresh } from './epochs.ts';
 export {
   CREDENTIAL_ENDS,
   type CredentialRef,

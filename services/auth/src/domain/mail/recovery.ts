@@ -32,8 +32,8 @@ import {
 import type { EmailTokenPurpose } from '../../db/schema.ts';
 import { findUserByEmail, findUserById, lockUser, type UserRow } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
-import { startAfresh } from '../accounts/index.ts';
-import { audit } from '../audit.ts';
+import { type FreshStart, startAfresh } from '../accounts/index.ts';
+import { audit, auditedChange } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { normaliseEmail } from '../email.ts';
 import { normalisePassword } from '../passwords/index.ts';
@@ -125,37 +125,45 @@ export async function verifyEmail(
   // The policy first (a password equal to the address is refused), so a weak password leaves the code working.
   const passwordHash =
     input.newPassword === undefined ? undefined : await newPasswordHash(ctx, input.newPassword, found);
-  const outcome = await ctx.db.transaction().execute(async (trx) => {
+  const outcome = await auditedChange(ctx, async (trx, record) => {
     // The account first, then its codes: two codes of one account used at once wait for each other, never deadlock.
     const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'verify_email', now);
     if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
-    if (passwordHash !== undefined) return startAfresh(trx, owner.id, passwordHash, 'address_claimed', now);
-    const verified = await markEmailVerified(trx, owner.id, used.email, now);
-    if (!verified) throw authErrors.invalidEmailToken();
-    await retireEmailTokens(trx, verified.id, 'verify_email', now);
-    return { user: verified };
+    let done: { user: UserRow } | FreshStart;
+    let details: Record<string, unknown>;
+    if (passwordHash !== undefined) {
+      const fresh = await startAfresh(trx, owner.id, passwordHash, 'address_claimed', now);
+      details = {
+        fresh_start: true,
+        api_keys_revoked: fresh.keysRevoked,
+        clients_revoked: fresh.clientsRevoked,
+        ssh_keys_removed: fresh.sshKeysRemoved,
+      };
+      done = fresh;
+    } else {
+      const verified = await markEmailVerified(trx, owner.id, used.email, now);
+      if (!verified) throw authErrors.invalidEmailToken();
+      await retireEmailTokens(trx, verified.id, 'verify_email', now);
+      details = { fresh_start: false };
+      done = { user: verified };
+    }
+    await record(
+      {
+        action: 'email_verified',
+        actor: { id: done.user.id, kind: 'user', credential: 'mailed_code' },
+        target: `user:${done.user.id}`,
+        details,
+      },
+      passwordHash !== undefined
+        ? 'e-mail address verified with a new password; everything before ended'
+        : 'e-mail address verified',
+    );
+    return done;
   });
   const { user } = outcome;
   const fresh = 'keysRevoked' in outcome;
-  await audit(
-    ctx,
-    {
-      action: 'email_verified',
-      actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
-      target: `user:${user.id}`,
-      details: fresh
-        ? {
-            fresh_start: true,
-            api_keys_revoked: outcome.keysRevoked,
-            clients_revoked: outcome.clientsRevoked,
-            ssh_keys_removed: outcome.sshKeysRemoved,
-          }
-        : { fresh_start: false },
-    },
-    fresh ? 'e-mail address verified with a new password; everything before ended' : 'e-mail address verified',
-  );
   if (fresh) noticePasswordChanged(ctx, user);
   return user;
 }
@@ -205,24 +213,28 @@ export async function resetPassword(
   const found = await findLiveEmailToken(ctx.db, hash, 'reset_password', new Date());
   if (!found) throw authErrors.invalidEmailToken();
   const passwordHash = await newPasswordHash(ctx, input.newPassword, found);
-  const { user, keysRevoked, clientsRevoked, sshKeysRemoved } = await ctx.db.transaction().execute(async (trx) => {
+  const { user } = await auditedChange(ctx, async (trx, record) => {
     const owner = await lockUser(trx, found.user_id);
     const now = new Date();
     const used = await useEmailToken(trx, hash, 'reset_password', now);
     if (!used || !owner || owner.email !== used.email) throw authErrors.invalidEmailToken();
     // Whoever held the account before (someone who registered the address first, or stole the password) keeps
     // nothing: no sign-in, no API key, no trusted device, no daemon, no SSH key.
-    return startAfresh(trx, owner.id, passwordHash, 'password_reset', now);
+    const done = await startAfresh(trx, owner.id, passwordHash, 'password_reset', now);
+    await record(
+      {
+        action: 'password_reset',
+        actor: { id: done.user.id, kind: 'user', credential: 'mailed_code' },
+        target: `user:${done.user.id}`,
+        details: {
+          api_keys_revoked: done.keysRevoked,
+          clients_revoked: done.clientsRevoked,
+          ssh_keys_removed: done.sshKeysRemoved,
+        },
+      },
+      'password reset by mail; every device signed out',
+    );
+    return done;
   });
-  await audit(
-    ctx,
-    {
-      action: 'password_reset',
-      actor: { id: user.id, kind: 'user', credential: 'mailed_code' },
-      target: `user:${user.id}`,
-      details: { api_keys_revoked: keysRevoked, clients_revoked: clientsRevoked, ssh_keys_removed: sshKeysRemoved },
-    },
-    'password reset by mail; every device signed out',
-  );
   noticePasswordChanged(ctx, user);
 }

@@ -14,6 +14,7 @@ import {
   type Principal,
 } from '@gpu/common';
 import { fromPublic } from '@nats-io/nkeys';
+import { audit } from '../audit.ts';
 import { clientRefusal } from '../clients.ts';
 import type { AuthContext } from '../context.ts';
 
@@ -60,8 +61,15 @@ export async function issueDaemonNatsUser(ctx: AuthContext, caller: Principal, p
   }
   const refusal = await clientRefusal(ctx, client);
   if (refusal) {
-    ctx.logger.info(
-      { audit: true, action: 'nats_user_refused', client_id: client, reason: refusal },
+    await audit(
+      ctx,
+      {
+        action: 'nats_user_refused',
+        outcome: 'refused',
+        actor: caller,
+        target: `client:${client}`,
+        details: { reason: refusal },
+      },
       'NATS user refused',
     );
     throw errors.unauthorized(`this daemon client may no longer act (${refusal})`, 'CLIENT_REVOKED');

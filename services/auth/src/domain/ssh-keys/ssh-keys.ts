@@ -17,7 +17,7 @@ import { countSshKeys, deleteSshKey, insertSshKey, listSshKeys, type SshKeyRow }
 import { findUserById, isUniqueViolation, lockUser } from '../../db/user-repository.ts';
 import { authErrors } from '../../errors.ts';
 import { epochOf } from '../accounts/index.ts';
-import { audit } from '../audit.ts';
+import { auditedChange } from '../audit.ts';
 import type { AuthContext } from '../context.ts';
 import { signedInUser } from '../sign-ins.ts';
 import { MAX_SSH_KEY_NAME_LENGTH, parsePublicKey } from './public-key.ts';
@@ -39,9 +39,8 @@ export async function addSshKey(
   const userId = signedInUser(actor, 'their SSH keys');
   const key = parsePublicKey(input.publicKey);
   const name = input.name?.trim() || key.comment.slice(0, MAX_SSH_KEY_NAME_LENGTH).trim() || `${key.type} key`;
-  let row: SshKeyRow;
   try {
-    row = await ctx.db.transaction().execute(async (trx) => {
+    return await auditedChange(ctx, async (trx, record) => {
       // The account's row lock orders this against a fresh start, which takes it too.
       const user = await lockUser(trx, userId);
       if (!user) throw authErrors.userGone();
@@ -49,7 +48,7 @@ export async function addSshKey(
       if ((await countSshKeys(trx, userId)) >= MAX_SSH_KEYS_PER_USER) {
         throw authErrors.tooManySshKeys(MAX_SSH_KEYS_PER_USER);
       }
-      return insertSshKey(trx, {
+      const row = await insertSshKey(trx, {
         id: randomUUID(),
         user_id: userId,
         name,
@@ -57,22 +56,21 @@ export async function addSshKey(
         fingerprint: key.fingerprint,
         public_key: key.publicKey,
       });
+      await record(
+        {
+          action: 'ssh_key_added',
+          actor,
+          target: `ssh_key:${row.id}`,
+          details: { name: row.name, type: row.type, fingerprint: row.fingerprint },
+        },
+        'SSH key added',
+      );
+      return row;
     });
   } catch (err) {
     if (isUniqueViolation(err)) throw authErrors.sshKeyExists(key.fingerprint);
     throw err;
   }
-  await audit(
-    ctx,
-    {
-      action: 'ssh_key_added',
-      actor,
-      target: `ssh_key:${row.id}`,
-      details: { name: row.name, type: row.type, fingerprint: row.fingerprint },
-    },
-    'SSH key added',
-  );
-  return row;
 }
 
 /** One page of the caller's own keys, oldest first (a user's sign-in, or an API key that may read). */
@@ -103,16 +101,17 @@ async function pageOfKeys(
 /** Removes one of the signed-in user's keys; another user's key, or one already removed, is 404. */
 export async function removeSshKey(ctx: AuthContext, actor: Principal, id: string): Promise<void> {
   const userId = signedInUser(actor, 'their SSH keys');
-  const removed = await deleteSshKey(ctx.db, userId, id);
-  if (!removed) throw authErrors.sshKeyNotFound(id);
-  await audit(
-    ctx,
-    {
-      action: 'ssh_key_removed',
-      actor,
-      target: `ssh_key:${id}`,
-      details: { name: removed.name, type: removed.type, fingerprint: removed.fingerprint },
-    },
-    'SSH key removed',
-  );
+  await auditedChange(ctx, async (trx, record) => {
+    const removed = await deleteSshKey(trx, userId, id);
+    if (!removed) throw authErrors.sshKeyNotFound(id);
+    await record(
+      {
+        action: 'ssh_key_removed',
+        actor,
+        target: `ssh_key:${id}`,
+        details: { name: removed.name, type: removed.type, fingerprint: removed.fingerprint },
+      },
+      'SSH key removed',
+    );
+  });
 }
