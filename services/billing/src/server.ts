@@ -86,6 +86,8 @@ startOrExit(async () => {
   const app = await buildApp({ ...deps, healthChecks: { ...deps.healthChecks, ...background.healthChecks } }, ctx);
   for (const metric of background.metrics) app.metrics.registerMetric(metric);
   app.addHook('onClose', async () => {
+    // Answers sent while the server drained still have their events to append (the pool closes below).
+    await app.auditAppended();
     await background.stop();
     await publisher.close();
     await database.close();

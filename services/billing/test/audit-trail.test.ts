@@ -3,6 +3,8 @@
  * from where, in which request, what and the outcome, and every automatic payout with what was paid where; admins read
  * it; the database refuses to change it. Against the local chain.
  */
+
+import { lockWaiters } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -199,6 +201,38 @@ describe('the audit trail of money going out', () => {
       },
     ]);
     expect(await L.chain.tokenBalance(destination)).toBe('15');
+  });
+
+  it('keeps the event of an answer sent while the service stops: its close waits for the append', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+    const stranger = await h.issuer.user(['renter']);
+    // The chain's head held: the append of the refused withdrawal's event waits for it.
+    const appended = await h.db.transaction().execute(async (trx) => {
+      await sql`SELECT 1 FROM audit_chain FOR UPDATE`.execute(trx);
+      const refused = await h.app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${w.id}/withdraw`,
+        headers: stranger.headers,
+        payload: { amount: '5', destination: Keypair.generate().publicKey.toBase58() },
+      });
+      expect(refused.statusCode).toBe(403);
+      await lockWaiters(h.db, 1);
+      let done = false;
+      const settled = h.app.auditAppended().then(() => {
+        done = true;
+      });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(done).toBe(false);
+      return { settled };
+    });
+    await appended.settled;
+    const events = await h.db
+      .selectFrom('audit_events')
+      .select(['action', 'outcome'])
+      .where('target', '=', `wallet:${w.id}`)
+      .execute();
+    expect(events).toEqual([{ action: 'withdrawal', outcome: 'refused' }]);
   });
 
   it('is refused any update or deletion by the database itself', async () => {

@@ -7,7 +7,8 @@
  * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in
  * which request, what (the route's first path parameter as the target, the body fields named, the answer's `id`,
  * `status` or problem `code`) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check
- * refused before the handler is recorded too.
+ * refused before the handler is recorded too. The service's close waits for the appends under way (`auditAppended`)
+ * before its database closes.
  * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
  * platform service acting on someone's wallet or machine is the actor beside a target that is not theirs.
  */
@@ -20,6 +21,13 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Append every answer of this route to the audit trail (http/audit-hook.ts). */
     audit?: { action: string; body?: readonly string[] };
+  }
+  interface FastifyInstance {
+    /**
+     * Resolves once every event of an answer already sent is appended (or failed): the service's close calls it before
+     * its database closes, so an answer sent during the shutdown is not left out of the trail.
+     */
+    auditAppended(): Promise<void>;
   }
 }
 
@@ -59,11 +67,15 @@ function answerOf(payload: unknown): Record<string, unknown> {
 
 export const auditHook = fp(
   async (app: FastifyInstance, opts: { db: Kysely<never> }) => {
+    const pending = new Set<Promise<void>>();
+    app.decorate('auditAppended', async () => {
+      await Promise.all(pending);
+    });
     const append = (request: FastifyRequest, statusCode: number, answer: Record<string, unknown>) => {
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
       const p = request.principal;
-      void appendAudit(opts.db, {
+      const appended: Promise<void> = appendAudit(opts.db, {
         action: audit.action,
         outcome: outcomeOf(statusCode),
         actor: p && !p.unchecked ? auditActor(p) : null,
@@ -76,9 +88,12 @@ export const auditHook = fp(
           ...answer,
         },
         requestId: String(request.id),
-      }).catch((err: unknown) =>
-        request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),
-      );
+      })
+        .catch((err: unknown) =>
+          request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),
+        )
+        .finally(() => pending.delete(appended));
+      pending.add(appended);
     };
     // Appended once the answer is on its way out and the response closes, whether it finished or its client hung up
     // first: Fastify's onResponse runs only for a response that finished, and a withdrawal whose client left while it
