@@ -4,7 +4,7 @@
  * changed, an event deleted from the middle, two swapped, the newest deleted), and a database made before the chain
  * has its events chained by the migration.
  */
-import { appendAudit, migrateToLatest, openDatabase, verifyAuditChain } from '@gpu/common';
+import { appendAudit, auditChainHead, migrateToLatest, openDatabase, verifyAuditChain } from '@gpu/common';
 import { asIntruder, createTestDatabase } from '@gpu/common/testing';
 import { type Kysely, Migrator, sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -66,6 +66,81 @@ describe("auth's audit trail, chained by hash", () => {
 
     const { tokens } = await registerAndLogin(auth.app);
     expect((await verify(bearer(tokens.access_token))).status).toBe(403);
+  });
+
+  it('shows, given a head kept elsewhere, a chain recomputed from an event on or cut back before it', async () => {
+    for (let n = 1; n <= 3; n++) await appendAudit(auth.db, { action: 'roles_changed', details: { n } });
+    const kept = await auditChainHead(auth.db);
+    const against = async (query: string) =>
+      (await auth.app.inject({ url: `/api/v1/auth/audit/verify?${query}`, headers: admin })).json();
+    const keptQuery = `seq=${kept.seq}&hash=${kept.hash.toUpperCase()}`;
+    await appendAudit(auth.db, { action: 'roles_changed', details: { n: 4 } });
+    expect(await against(keptQuery)).toMatchObject({ intact: true, known: { seq: kept.seq, found: 'matches' } });
+
+    await asIntruder(
+      auth.db,
+      sql`CREATE TABLE audit_copy AS SELECT * FROM audit_events`,
+      sql`CREATE TABLE chain_copy AS SELECT * FROM audit_chain`,
+    );
+    const restore = () =>
+      asIntruder(
+        auth.db,
+        sql`DELETE FROM audit_events`,
+        sql`INSERT INTO audit_events SELECT * FROM audit_copy`,
+        sql`DELETE FROM audit_chain`,
+        sql`INSERT INTO audit_chain SELECT * FROM chain_copy`,
+      );
+    // The owner changes an event before the kept head and recomputes every hash from it on, and the chain's head:
+    // consistent with itself, so the check alone finds nothing.
+    const from = kept.seq - 1;
+    const head = Number((await auditChainHead(auth.db)).seq);
+    const recompute = [];
+    for (let seq = from; seq <= head; seq++) {
+      recompute.push(
+        sql`UPDATE audit_events e SET prev_hash = p.hash FROM audit_events p WHERE p.seq = e.seq - 1 AND e.seq = ${seq}`,
+        sql`UPDATE audit_events SET hash = audit_event_hash(seq, id, at, action, outcome, actor_id, actor_kind,
+              actor_credential, address, target, details, request_id, prev_hash) WHERE seq = ${seq}`,
+      );
+    }
+    await asIntruder(
+      auth.db,
+      sql`UPDATE audit_events SET details = '{"n": 99}' WHERE seq = ${from}`,
+      ...recompute,
+      sql`UPDATE audit_chain SET head_hash = (SELECT hash FROM audit_events WHERE seq = ${head})`,
+    );
+    expect((await verify()).check).toMatchObject({ intact: true, broken: null });
+    expect(await against(keptQuery)).toMatchObject({
+      intact: false,
+      broken: { seq: kept.seq, reason: 'rewritten' },
+      known: { seq: kept.seq, hash: kept.hash, found: 'differs' },
+    });
+    await restore();
+    // Cut back before the kept head: the events after `from` deleted, the head set to `from`.
+    await asIntruder(
+      auth.db,
+      sql`DELETE FROM audit_events WHERE seq > ${from}`,
+      sql`UPDATE audit_chain SET head_seq = ${from}, head_hash = (SELECT hash FROM audit_events WHERE seq = ${from})`,
+    );
+    expect((await verify()).check).toMatchObject({ intact: true });
+    expect(await against(keptQuery)).toMatchObject({
+      intact: false,
+      broken: { seq: kept.seq, id: null, reason: 'rewritten' },
+      known: { found: 'cut' },
+    });
+    await restore();
+    await asIntruder(auth.db, sql`DROP TABLE audit_copy`, sql`DROP TABLE chain_copy`);
+    expect(await against(keptQuery)).toMatchObject({ intact: true, known: { found: 'matches' } });
+    // A seq without its hash (or a hash that is not one) is a 400.
+    for (const query of [
+      `seq=${kept.seq}`,
+      `hash=${kept.hash}`,
+      `seq=${kept.seq}&hash=xyz`,
+      'seq=0&hash=' + '0'.repeat(64),
+    ]) {
+      const res = await auth.app.inject({ url: `/api/v1/auth/audit/verify?${query}`, headers: admin });
+      expect(res.statusCode, query).toBe(400);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+    }
   });
 
   it('chains the events a database held before the chain, in the order they were written', async () => {

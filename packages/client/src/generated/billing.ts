@@ -33,7 +33,7 @@ export interface paths {
         };
         /**
          * Check that nobody rewrote the audit trail: the first broken link of its hash chain, if any
-         * @description Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head that is gone. Reads every event: a long trail takes seconds.
+         * @description Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head that is gone. With seq and hash (a head the service logged, `audit trail head`, kept outside the database): also that the chain still holds that event with that hash, which shows a chain recomputed from it on, or cut back before it, by whoever owns the table. Reads every event: a long trail takes seconds.
          */
         get: operations["verifyAuditTrail"];
         put?: never;
@@ -1131,10 +1131,10 @@ export interface components {
                 /** @description null when the missing event is the head itself */
                 id: string | null;
                 /**
-                 * @description altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: events before it are gone; head: the chain does not end at its recorded head
+                 * @description altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: events before it are gone; head: the chain does not end at its recorded head; rewritten: the head asked about (seq, hash) is not in the chain as it was
                  * @enum {string}
                  */
-                reason: "altered" | "link" | "missing" | "head";
+                reason: "altered" | "link" | "missing" | "head" | "rewritten";
                 /** Format: int64 */
                 seq: number;
             } | null;
@@ -1152,6 +1152,17 @@ export interface components {
             head_seq: number;
             /** @description every event from the anchor to the head is intact and in its place */
             intact: boolean;
+            /** @description the head asked about (seq and hash), and what the chain holds of it */
+            known?: {
+                /**
+                 * @description matches: the chain holds it; differs: that event hashes otherwise now; cut: the chain ends before it; purged: it is past the retention, nothing is left to compare
+                 * @enum {string}
+                 */
+                found: "matches" | "differs" | "cut" | "purged";
+                hash: string;
+                /** Format: int64 */
+                seq: number;
+            };
         };
         /** @description One security- or money-relevant action */
         AuditEvent: {
@@ -2666,7 +2677,12 @@ export interface operations {
     };
     verifyAuditTrail: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description that head's hash: 64 hex digits (sha256), as logged */
+                hash?: string;
+                /** @description a kept head's seq */
+                seq?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2685,6 +2701,7 @@ export interface operations {
                     "application/json": components["schemas"]["AuditChainCheck"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalServerError"];

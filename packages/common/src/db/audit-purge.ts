@@ -1,8 +1,8 @@
 /**
  * A service's hourly round of its audit trail: the purge of events past the retention, through the purge role's own
  * connection (`audit.purge_url`; db/roles.ts) or, without one, the service's where its role may delete (the owner's,
- * in a quick set-up); and the chain's head in the log, where it outlives the database (a later check that finds the
- * chain rewritten up to a logged head shows when).
+ * in a quick set-up); and the chain's head in the log (at start-up too), where it outlives the database: `GET
+ * …/audit/verify?seq=&hash=` with a logged head shows a chain recomputed from it on, or cut back before it.
  */
 import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
@@ -34,6 +34,15 @@ export async function auditRound<DB>(opts: {
     if (rows[0]?.ok) purgeDb = opts.db as Kysely<unknown>;
     else logger.warn('the audit trail is not purged: this role may not delete from it; set audit.purge_url');
   }
+  const logHead = async () => {
+    try {
+      logger.info({ audit_chain_head: await auditChainHead(opts.db) }, 'audit trail head');
+    } catch (err) {
+      logger.warn({ err }, 'reading the audit trail head failed');
+    }
+  };
+  // At start too: an instance restarted more often than hourly still leaves its heads in the log.
+  await logHead();
   return {
     async run() {
       if (purgeDb) {
@@ -44,11 +53,7 @@ export async function auditRound<DB>(opts: {
           logger.warn({ err }, 'purging the audit trail failed');
         }
       }
-      try {
-        logger.info({ audit_chain_head: await auditChainHead(opts.db) }, 'audit trail head');
-      } catch (err) {
-        logger.warn({ err }, 'reading the audit trail head failed');
-      }
+      await logHead();
     },
     async close() {
       await purger?.close();

@@ -8,13 +8,16 @@
  * - `link`: it does not carry the hash of the event before it (that one's hash was rewritten, or it was put there);
  * - `missing`: events are missing before it (deleted from the middle of the chain);
  * - `head`: the chain ends before its recorded head, or at another hash, or goes past it (the newest events were
- *   deleted or replaced, or events were added behind the trigger's back).
+ *   deleted or replaced, or events were added behind the trigger's back);
+ * - `rewritten`: a head kept elsewhere (a logged `seq` and hash, `known`) is not in the chain as it was: that event's
+ *   hash differs, or the chain ends before it. Whoever owns the table can recompute every hash from an event on, and
+ *   the chain is then consistent with itself: only a hash kept outside the database shows it.
  *
  * Read in one snapshot (REPEATABLE READ), in pages by `seq`: events appended or purged meanwhile change nothing.
  */
 import { type Kysely, sql } from 'kysely';
 
-type AuditBreak = 'altered' | 'link' | 'missing' | 'head';
+type AuditBreak = 'altered' | 'link' | 'missing' | 'head' | 'rewritten';
 
 export interface AuditChainCheck {
   /** True when every event from the anchor to the head is intact and in place. */
@@ -28,6 +31,11 @@ export interface AuditChainCheck {
   head_hash: string;
   /** The first broken link: the event (its `seq` and `id`; `id` null for a missing head), why, and what was found. */
   broken: { seq: number; id: string | null; reason: AuditBreak; detail: string } | null;
+  /**
+   * The head kept elsewhere that was asked about, and what the chain holds of it: `matches`, `differs` (rewritten),
+   * `cut` (the chain ends before it: rewritten), or `purged` (past the retention: nothing left to compare).
+   */
+  known?: { seq: number; hash: string; found: 'matches' | 'differs' | 'cut' | 'purged' };
 }
 
 const PAGE = 5000;
@@ -40,8 +48,11 @@ interface Row {
   intact: boolean;
 }
 
-/** Checks the chain of `audit_events` (see above). */
-export async function verifyAuditChain<DB>(db: Kysely<DB>): Promise<AuditChainCheck> {
+/** Checks the chain of `audit_events` (see above), and that it still holds `known` (a head kept elsewhere). */
+export async function verifyAuditChain<DB>(
+  db: Kysely<DB>,
+  known?: { seq: number; hash: string },
+): Promise<AuditChainCheck> {
   return db
     .transaction()
     .setIsolationLevel('repeatable read')
@@ -95,6 +106,25 @@ export async function verifyAuditChain<DB>(db: Kysely<DB>): Promise<AuditChainCh
             : `event ${lastSeq} is not the head the chain recorded`;
         return check({ seq: head.head_seq, id: null, reason: 'head', detail }, events);
       }
-      return check(null, events);
+      if (!known) return check(null, events);
+      const hash = known.hash.toLowerCase();
+      if (known.seq <= head.anchor_seq) return { ...check(null, events), known: { ...known, hash, found: 'purged' } };
+      if (known.seq > head.head_seq) {
+        const detail = `the chain ends at event ${head.head_seq}, before event ${known.seq} kept elsewhere: it was cut back`;
+        return {
+          ...check({ seq: known.seq, id: null, reason: 'rewritten', detail }, events),
+          known: { ...known, hash, found: 'cut' },
+        };
+      }
+      const held = (
+        await sql<{ id: string; hash: string }>`
+          SELECT id, encode(hash, 'hex') AS hash FROM audit_events WHERE seq = ${known.seq}`.execute(trx)
+      ).rows[0]!;
+      if (held.hash === hash) return { ...check(null, events), known: { ...known, hash, found: 'matches' } };
+      const detail = `event ${known.seq}: its hash is not the one kept elsewhere: the chain was recomputed from it or before`;
+      return {
+        ...check({ seq: known.seq, id: held.id, reason: 'rewritten', detail }, events),
+        known: { ...known, hash, found: 'differs' },
+      };
     });
 }

@@ -8,6 +8,7 @@ import type { Kysely } from 'kysely';
 import { z } from 'zod';
 import { listAudit } from '../db/audit-trail.ts';
 import { verifyAuditChain } from '../db/audit-verify.ts';
+import { errors } from '../errors.ts';
 import { PAGE_HEADERS, type SchemaRegistry } from '../openapi/route-docs.ts';
 import { afterCursor, keysetPage } from '../paging.ts';
 import { zTimestamp } from '../timestamp.ts';
@@ -104,15 +105,29 @@ export function auditTrailRoute(
           seq: z.number().int(),
           id: z.string().nullable().describe('null when the missing event is the head itself'),
           reason: z
-            .enum(['altered', 'link', 'missing', 'head'])
+            .enum(['altered', 'link', 'missing', 'head', 'rewritten'])
             .describe(
               'altered: its content does not hash to its hash; link: it does not carry the previous hash; missing: ' +
-                'events before it are gone; head: the chain does not end at its recorded head',
+                'events before it are gone; head: the chain does not end at its recorded head; rewritten: the head ' +
+                'asked about (seq, hash) is not in the chain as it was',
             ),
           detail: z.string(),
         })
         .nullable()
         .describe('the first broken link; null when intact'),
+      known: z
+        .object({
+          seq: z.number().int(),
+          hash: z.string(),
+          found: z
+            .enum(['matches', 'differs', 'cut', 'purged'])
+            .describe(
+              'matches: the chain holds it; differs: that event hashes otherwise now; cut: the chain ends before ' +
+                'it; purged: it is past the retention, nothing is left to compare',
+            ),
+        })
+        .optional()
+        .describe('the head asked about (seq and hash), and what the chain holds of it'),
     })
     .describe("The audit trail's chain, checked")
     .register(opts.schemas, { id: 'AuditChainCheck' });
@@ -128,12 +143,28 @@ export function auditTrailRoute(
           'Admins only. Every event carries the hash of the one before it, and its own (sha256 over its fields and ' +
           'that hash). Recomputes the chain from the anchor (the newest event purged past the retention) to the ' +
           'head, in one snapshot, and names the first event that was changed, moved, or follows a gap, or a head ' +
-          'that is gone. Reads every event: a long trail takes seconds.',
-        response: { 200: checkSchema, ...Object.fromEntries([401, 403].map((s) => [s, problemSchema])) },
+          'that is gone. With seq and hash (a head the service logged, `audit trail head`, kept outside the ' +
+          'database): also that the chain still holds that event with that hash, which shows a chain recomputed ' +
+          'from it on, or cut back before it, by whoever owns the table. Reads every event: a long trail takes seconds.',
+        querystring: z.object({
+          seq: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional().describe("a kept head's seq"),
+          hash: z
+            .string()
+            .regex(/^[0-9a-fA-F]{64}$/)
+            .optional()
+            .describe("that head's hash: 64 hex digits (sha256), as logged"),
+        }),
+        response: { 200: checkSchema, ...Object.fromEntries([400, 401, 403].map((s) => [s, problemSchema])) },
       },
     },
     async (request) => {
-      const check = await verifyAuditChain(opts.db);
+      const { seq, hash } = request.query as { seq?: number; hash?: string };
+      if ((seq === undefined) !== (hash === undefined)) {
+        throw errors.validation('seq and hash go together: a head kept elsewhere is both', [
+          { path: seq === undefined ? 'querystring.seq' : 'querystring.hash', message: 'required with the other' },
+        ]);
+      }
+      const check = await verifyAuditChain(opts.db, seq === undefined ? undefined : { seq, hash: hash! });
       const log = check.intact ? request.log.info.bind(request.log) : request.log.error.bind(request.log);
       log({ audit_chain: check }, check.intact ? 'audit trail intact' : 'audit trail broken');
       return check;
