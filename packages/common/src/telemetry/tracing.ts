@@ -86,9 +86,11 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | unde
   ]);
   const exporter = opts.exporter ?? new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
   // The fraction of traces kept is decided by the trace ID, the same way in every service, for traces a caller began
-  // too: a caller's "sampled" flag cannot force every request it sends to be traced (a cost any client could impose),
-  // nor can its "not sampled" flag keep the platform from tracing its share (the platform's own hops, each deciding by
-  // the same ID, agree with one another whatever flag a caller or another hop sent).
+  // too: a caller's "sampled" flag does not make the platform trace a request, nor its "not sampled" flag keep the
+  // platform from tracing its share (the platform's own hops, each deciding by the same ID, agree with one another
+  // whatever flag a caller or another hop sent). A caller that chooses its trace IDs still chooses which are kept (a
+  // fixed function of the ID): the edge deciding by its own randomness, and the services following its flag, would
+  // close that (docs/operations.md, "Traces").
   const ratio = new sdk.TraceIdRatioBasedSampler(samplingRatio(env));
   const provider = new sdk.TracerProvider({
     resource: resources.resourceFromAttributes({
