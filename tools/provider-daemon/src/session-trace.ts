@@ -40,6 +40,15 @@ export class SessionTraces {
   }
 
   /**
+   * Whether the session's trace is kept (its context's sampled flag): a report on one goes alone, in its trace; one
+   * of a trace not kept (flags 00: no hop makes a span of it) is batched with the untraced.
+   */
+  kept(sessionId: string): boolean {
+    const flags = this.of(sessionId)?.traceparent?.split('-')[3];
+    return flags !== undefined && (Number.parseInt(flags, 16) & 1) === 1;
+  }
+
+  /**
    * Runs `send` as a report on the session, in its trace (see the file's comment): `send` gets the headers the report
    * must carry besides what the transport adds itself (the session's context when tracing is off here, none when on).
    */

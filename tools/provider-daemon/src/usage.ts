@@ -12,8 +12,8 @@
  * Over NATS when `nats_url` is set: each report on `<usage_subject>.<session>` to JetStream, the daemon's token in an
  * `Authorization` header and a random `Nats-Msg-Id` (the report's `message_id` de-duplicates it at billing); with a
  * NATS user of its own (nats-user.ts), as core NATS requests with no token on
- * `<usage_reports_subject>.<owner>.<client>.<provider>`, the reports of sessions without a trace together
- * (`{reports: [...]}`, up to 256 a request), each traced one alone carrying its trace, answered by billing once
+ * `<usage_reports_subject>.<owner>.<client>.<provider>`, the reports of sessions without a kept trace together
+ * (`{reports: [...]}`, up to 256 a request), each one whose trace is kept alone carrying its trace, answered by billing once
  * applied (never into a stream: nats-server would send a stream's acknowledgement wherever the publisher says, and a
  * daemon's user may publish into none). Over HTTP (`POST /billing/usage-updates`, up to 256 reports a request) without
  * NATS, and for any report NATS did not take: a publish not acknowledged, a request not answered (no billing
@@ -21,7 +21,8 @@
  *
  * Each report continues its session's trace (`session-trace.ts`: the context billing hands with the session, in a
  * span of the daemon's own when it traces): over HTTP a session's report then goes in a request of its own, which
- * carries that trace; the reports of sessions without one share requests as before.
+ * carries that trace, where the trace is kept (its sampled flag); the reports of sessions without one, or whose trace
+ * is not kept (no hop makes a span of it), share requests.
  */
 import { billingClient, endlessListGuard, type TokenSource, unwrap } from '@gpu/client';
 import { activeTraceContext, durationMs, type EventPublisher, type Logger, PAGE_LIMIT } from '@gpu/common';
@@ -174,9 +175,10 @@ export class UsageReporter {
         'NATS did not take some usage reports: sending them over HTTP',
       );
     }
-    // A traced session's report in a request of its own, in its trace; the others together, as many as a request takes.
-    const untraced = overHttp.filter((r) => !this.traces.of(r.session_id));
-    for (const r of overHttp.filter((r) => this.traces.of(r.session_id))) {
+    // A report of a session whose trace is kept in a request of its own, in its trace; the others together (a trace not
+    // kept makes no span anywhere), as many as a request takes.
+    const untraced = overHttp.filter((r) => !this.traces.kept(r.session_id));
+    for (const r of overHttp.filter((r) => this.traces.kept(r.session_id))) {
       await this.traces.report(r.session_id, 'report usage', 'internal', (trace) => this.post([r], trace));
     }
     for (let i = 0; i < untraced.length; i += MAX_REPORTS_PER_REQUEST) {
@@ -226,8 +228,8 @@ export class UsageReporter {
         return result.status >= 500;
       });
     };
-    const together = reports.filter((r) => !this.traces.of(r.session_id));
-    const alone = reports.filter((r) => this.traces.of(r.session_id));
+    const together = reports.filter((r) => !this.traces.kept(r.session_id));
+    const alone = reports.filter((r) => this.traces.kept(r.session_id));
     const sent = await Promise.all([
       ...alone.map((r) => this.traces.report(r.session_id, `send ${subject}`, 'producer', (trace) => ask([r], trace))),
       ...Array.from({ length: Math.ceil(together.length / MAX_REPORTS_PER_REQUEST) }, (_, i) =>

@@ -338,7 +338,7 @@ describe("the session's trace on a daemon's reports", () => {
     const proxy = await recordingProxy();
     try {
       const h100 = { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, power_limit_w: 700, power_draw_w: 610 };
-      const gpu = { source: 'simulated', simulated_gpus: [h100, h100] };
+      const gpu = { source: 'simulated', simulated_gpus: [h100, h100, h100] };
       const { usage, providerId } = await daemonOnMachine(publisher, {
         usage_subject: prefix,
         billing_url: proxy.url,
@@ -346,16 +346,20 @@ describe("the session's trace on a daemon's reports", () => {
       });
       const traced = await rent(providerId);
       const untraced = await rent(providerId);
+      const unsampled = await rent(providerId);
       // Billing traced the start of one of them (tracing is off in this process: its column, as a tracing billing
-      // writes it).
+      // writes it), and wrote the context of another whose trace was not kept (its flags 00: no span anywhere).
       const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+      const notKept = '00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-00';
       await sql`UPDATE rental_sessions SET trace_context = ${JSON.stringify({ traceparent, tracestate: 'gpu=1' })}::jsonb
         WHERE id = ${traced}`.execute(billing.db);
+      await sql`UPDATE rental_sessions SET trace_context = ${JSON.stringify({ traceparent: notKept })}::jsonb
+        WHERE id = ${unsampled}`.execute(billing.db);
       const readings = await gpuSource(config({ gpu }).gpu).read();
 
       // Over NATS: each message's headers (a plain subscriber sees what JetStream stored).
-      const subscription = publisher.connection.subscribe(`${prefix}.>`, { max: 2 });
-      expect(await usage.report(providerId, readings, aheadOfNow())).toBe(2);
+      const subscription = publisher.connection.subscribe(`${prefix}.>`, { max: 3 });
+      expect(await usage.report(providerId, readings, aheadOfNow())).toBe(3);
       const headers = new Map<string, { traceparent?: string; tracestate?: string }>();
       for await (const msg of subscription) {
         headers.set(msg.subject.split('.').pop()!, {
@@ -365,18 +369,20 @@ describe("the session's trace on a daemon's reports", () => {
       }
       expect(headers.get(traced)).toEqual({ traceparent, tracestate: 'gpu=1' });
       expect(headers.get(untraced)).toEqual({ traceparent: undefined, tracestate: undefined });
+      expect(headers.get(unsampled)).toEqual({ traceparent: notKept, tracestate: undefined });
 
-      // NATS gone, over HTTP: the traced session's report in a request of its own, carrying the context; the other's
-      // without one.
+      // NATS gone, over HTTP: the traced session's report in a request of its own, carrying the context; the others'
+      // together without one (a trace not kept makes no span: its report need not go alone).
       await publisher.close();
       proxy.seen.length = 0;
-      expect(await usage.report(providerId, readings, new Date(aheadOfNow().getTime() + 60_000))).toBe(2);
+      expect(await usage.report(providerId, readings, new Date(aheadOfNow().getTime() + 60_000))).toBe(3);
       const posts = proxy.seen.filter((r) => r.method === 'POST' && r.url === '/api/v1/billing/usage-updates');
       expect(posts.map((r) => r.headers.traceparent ?? 'none').sort()).toEqual([traceparent, 'none'].sort());
       expect(posts.find((r) => r.headers.traceparent)?.headers.tracestate).toBe('gpu=1');
       // Applied (the NATS ones wait in their stream: no consumer here).
       expect((await records(traced)).length).toBe(1);
       expect((await records(untraced)).length).toBe(1);
+      expect((await records(unsampled)).length).toBe(1);
     } finally {
       await publisher.close();
       await proxy.close();
