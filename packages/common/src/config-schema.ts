@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { VERIFIED_EMAIL_ACTIONS, type VerifiedEmailAction } from './auth/verified-email.ts';
-import { zDuration } from './duration.ts';
+import { durationMs, zDuration } from './duration.ts';
 import { MAX_SOCKET_PATH_BYTES } from './http/gateway-socket.ts';
 
 /** A boolean that also accepts "true"/"false"/"1"/"0"/"yes"/"no" from the environment. */
@@ -107,11 +107,19 @@ export const accessSchema = z
 
 /**
  * A service's audit trail (db/audit-trail.ts): how long its events are kept (purged hourly; the database refuses to
- * delete a younger one); 0: forever. `purge_url`: the role that purges them (db/roles.ts), a postgres:// URL; empty:
- * the service's own connection purges, where its role may (the owner's, in a quick set-up).
+ * delete a younger one); 0: forever, else a day at least (a slip of the unit, `400s` for `400d`, would otherwise have
+ * the next purge take every event but the last few minutes'). `purge_url`: the role that purges them (db/roles.ts), a
+ * postgres:// URL; empty: the service's own connection purges, where its role may (the owner's, in a quick set-up).
  */
 export const auditSchema = z
-  .object({ retention: zDuration().default('400d'), purge_url: z.string().default('') })
+  .object({
+    retention: zDuration()
+      .default('400d')
+      .refine((d) => durationMs(d) === 0 || durationMs(d) >= 86_400_000, {
+        message: 'keep the audit trail a day at least (or 0: for ever)',
+      }),
+    purge_url: z.string().default(''),
+  })
   .prefault({});
 
 /**

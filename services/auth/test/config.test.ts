@@ -65,6 +65,13 @@ describe('configuration', () => {
     expect(() => loadAuthConfig({ AUTH__RATE_LIMIT__LOGIN_PER_IP: 'lots' })).toThrow(/rate_limit.login_per_ip/);
   });
 
+  it('keeps the audit trail a day at least, or for ever', () => {
+    expect(() => loadAuthConfig({ AUTH__AUDIT__RETENTION: '400s' })).toThrow(/audit.retention.*a day at least/);
+    expect(loadAuthConfig({ AUTH__AUDIT__RETENTION: '0s' }).audit.retention).toBe('0s');
+    expect(loadAuthConfig({ AUTH__AUDIT__RETENTION: '1d' }).audit.retention).toBe('1d');
+    expect(loadAuthConfig({}).audit.retention).toBe('400d');
+  });
+
   it('refuses argon2id parameters below the OWASP minimum and an unknown algorithm', () => {
     expect(() => loadAuthConfig({ AUTH__PASSWORD__MEMORY_KIB: '4096' })).toThrow(/password.memory_kib/);
     expect(() => loadAuthConfig({ ALGORITHM: 'none' })).toThrow(/jwt.algorithm/);
