@@ -2,7 +2,7 @@
  * buildApp(ctx): the storage service's HTTP wiring. Never listens; tests
  * inject or listen on port 0 themselves.
  */
-import { type App, createApp, durationMs, type EventPublisher } from '@gpu/common';
+import { type App, createApp, durationMs, type EventPublisher, NatsPublisher, natsConnectedGauge } from '@gpu/common';
 import { billingUsageSink, natsUsageSink } from './adapters/billing-usage.ts';
 import type { Reconciler } from './domain/catalog/index.ts';
 import { type StorageDeps, storageContext } from './domain/context.ts';
@@ -64,6 +64,8 @@ export async function buildApp(deps: StorageAppDeps): Promise<StorageApp> {
   app.addHook('onReady', async () => ctx.reconciler.start());
   app.addHook('onClose', async () => ctx.reconciler.stop());
 
+  // Whether the usage reports' NATS connection is up (the NatsUnreachable alert reads it, as for billing and the registry).
+  if (deps.nats instanceof NatsPublisher) app.metrics.registerMetric(natsConnectedGauge(deps.nats));
   // Stored bytes, billed: measured once per period and reported to billing (domain/metering.ts).
   const { metering, messaging } = ctx.config;
   const sink =

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { S3Client } from '@aws-sdk/client-s3';
-import { createLogger, type Database, migrateToLatest, openDatabase } from '@gpu/common';
+import { createLogger, type Database, type EventPublisher, migrateToLatest, openDatabase } from '@gpu/common';
 import {
   type Caller,
   createTestDatabase,
@@ -110,8 +110,10 @@ export async function startService(
     objectStore?: Partial<StorageConfig['object_store']>;
     settings?: Record<string, unknown>;
     listen?: boolean;
-    /** Where the meter reports (by default billing as `metering` says: off in the test config). */
-    usageSink?: UsageSink;
+    /** Where the meter reports (by default billing as `metering` says: off in the test config; null: nowhere). */
+    usageSink?: UsageSink | null;
+    /** NATS, as server.ts connects it when configured. */
+    nats?: EventPublisher;
     /** Upload starts locked as on an embedded database (`pnpm start`'s PGlite): by the instance's own queue alone. */
     embeddedStartLock?: boolean;
   } = {},
@@ -128,7 +130,8 @@ export async function startService(
     store,
     catalog,
     startLock: uploadStartLock(database.db, opts.embeddedStartLock ? 'pglite' : database.kind),
-    ...(opts.usageSink ? { usageSink: opts.usageSink } : {}),
+    ...(opts.usageSink !== undefined ? { usageSink: opts.usageSink } : {}),
+    ...(opts.nats ? { nats: opts.nats } : {}),
   });
   let url = '';
   if (opts.listen) url = await app.listen({ host: '127.0.0.1', port: 0 });

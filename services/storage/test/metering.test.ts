@@ -5,7 +5,8 @@
  * not take is sent again at the next period, and every instance agrees which period that is.
  */
 import { Readable } from 'node:stream';
-import { createLogger } from '@gpu/common';
+import { connectPublisher, createLogger } from '@gpu/common';
+import { testEnv } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { S3ObjectStore } from '../src/adapters/object-store.ts';
 import { BucketOwners } from '../src/domain/bucket-owners.ts';
@@ -223,6 +224,22 @@ describe('storage metering', () => {
     } finally {
       console.mockRestore();
       store.close();
+    }
+  });
+
+  it('says in its metrics whether its NATS connection for the reports is up', async () => {
+    const nats = await connectPublisher({
+      url: testEnv.natsUrl,
+      credentials: testEnv.natsCredentials,
+      name: 'storage-metrics-test',
+    });
+    const svc = await startService({ nats, usageSink: null });
+    try {
+      const metrics = (await svc.app.inject({ url: '/metrics' })).body;
+      expect(metrics).toMatch(/^nats_connected\{[^}]*\} 1$/m);
+    } finally {
+      await svc.close();
+      await nats.close();
     }
   });
 

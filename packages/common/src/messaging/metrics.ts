@@ -11,7 +11,7 @@ import type { NatsPublisher } from './publisher.ts';
 
 /**
  * `nats_connected`: 1 while this instance's NATS connection is up, 0 from a disconnect until the client has
- * reconnected. Read from the client's own state, so a scrape (and the liveness probe on `/metrics`) never waits on NATS.
+ * reconnected. Read from the client's own state, so a scrape never waits on NATS.
  */
 export function natsConnectedGauge(publisher: Pick<NatsPublisher, 'connected'>): Gauge {
   return new Gauge({
