@@ -172,6 +172,46 @@ describe('a change and its event', () => {
     expect((await trail(`action=roles_changed&target=user:${user.id}`)).events).toEqual([]);
   });
 
+  it('but for a revocation: it stands though its event cannot be appended', async () => {
+    const { tokens } = await registerAndLogin(auth.app);
+    const created = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/keys',
+      headers: bearer(tokens.access_token),
+      payload: { name: 'leaked', scopes: ['offers'] },
+    });
+    const { key, api_key: secret } = created.json();
+    const revoked = await refusing('api_key_revoked', () =>
+      auth.app.inject({ method: 'DELETE', url: `/api/v1/auth/keys/${key.id}`, headers: bearer(tokens.access_token) }),
+    );
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    expect(revoked.json().revoked_at).not.toBeNull();
+    const grant = await auth.app.inject({
+      method: 'POST',
+      url: '/api/v1/auth/token',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: new URLSearchParams({ grant_type: 'api_key', api_key: secret }).toString(),
+    });
+    expect(grant.json().code).toBe('API_KEY_REVOKED');
+    expect(auth.logs.lines().some((l) => l.msg === 'appending to the audit trail failed: the revocation stands')).toBe(
+      true,
+    );
+
+    // A stolen refresh token presented again ends its sign-in, whatever the trail says.
+    const strict = await startAuth(auth.db, testConfig({ admin: ADMIN, jwt: { refresh_reuse_interval: '0s' } }));
+    try {
+      const victim = await registerAndLogin(strict.app);
+      const refresh = (token: string) =>
+        strict.app.inject({ method: 'POST', url: '/api/v1/auth/refresh', payload: { refresh_token: token } });
+      const thiefs = (await refresh(victim.tokens.refresh_token)).json().refresh_token as string;
+      const reused = await refusing('refresh_token_reused', () => refresh(victim.tokens.refresh_token));
+      expect(reused.json().code).toBe('REFRESH_TOKEN_REUSED');
+      expect((await refresh(thiefs)).statusCode).toBe(401);
+    } finally {
+      await strict.close();
+    }
+  });
+
   it('are one for a change made once, however many ask for it at once', async () => {
     const { tokens } = await registerAndLogin(auth.app);
     const created = await auth.app.inject({

@@ -171,8 +171,24 @@ describe('NATS users of provider daemons', () => {
       headers: d.ownerHeaders,
     });
     expect(revoked.statusCode, revoked.body).toBe(200);
-    const again = await ask(d.headers, createUser().getPublicKey());
+    const again = await auth.app.inject({
+      method: 'POST',
+      url: `${API}/nats-users`,
+      headers: { ...d.headers, 'x-request-id': 'req-nats-refused' },
+      remoteAddress: '198.51.100.61',
+      payload: { public_key: createUser().getPublicKey() },
+    });
     expect([again.statusCode, again.json().code]).toEqual([401, 'CLIENT_REVOKED']);
+    // In the audit trail, from where and in which request.
+    const refusal = await auth.db
+      .selectFrom('audit_events')
+      .select(['outcome', 'address', 'request_id', 'actor_id', 'details'])
+      .where('action', '=', 'nats_user_refused')
+      .where('target', '=', `client:${d.client}`)
+      .execute();
+    expect(refusal).toMatchObject([
+      { outcome: 'refused', address: '198.51.100.61', request_id: 'req-nats-refused', details: { reason: 'revoked' } },
+    ]);
     // Its access token is still within its life; the NATS user is not renewed and the server drops it at expiry.
     const started = Date.now();
     const end = await closed;

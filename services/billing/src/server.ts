@@ -87,7 +87,7 @@ startOrExit(async () => {
   for (const metric of background.metrics) app.metrics.registerMetric(metric);
   app.addHook('onClose', async () => {
     // Answers sent while the server drained still have their events to append (the pool closes below).
-    await app.auditAppended();
+    await app.auditAppended?.();
     await background.stop();
     await publisher.close();
     await database.close();

@@ -219,7 +219,7 @@ describe('the audit trail of money going out', () => {
       expect(refused.statusCode).toBe(403);
       await lockWaiters(h.db, 1);
       let done = false;
-      const settled = h.app.auditAppended().then(() => {
+      const settled = h.app.auditAppended!().then(() => {
         done = true;
       });
       await new Promise((r) => setTimeout(r, 200));

@@ -10,7 +10,9 @@
  * - tracing off here: the session's context itself, passed on untouched, so that billing's spans still join the
  *   rental's trace.
  *
- * A session billing hands no context for (tracing off at billing) is reported outside any trace, as before.
+ * A session billing hands no context for (tracing off at billing) is reported outside any trace, as before. Reports
+ * of a session whose trace is not kept (its context's sampled flag unset: no hop makes a span of it) are batched with
+ * those (`kept`); over NATS JetStream, one message a report, they still carry its context.
  */
 import { inSpanOf, tracingOn } from '@gpu/common';
 

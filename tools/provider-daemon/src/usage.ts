@@ -189,7 +189,7 @@ export class UsageReporter {
 
   /**
    * Sends the reports as NATS requests on the machine's subject that names the daemon: those of sessions without a
-   * trace together (up to 256 a request), each traced one alone, in its trace. The reports to send over HTTP instead:
+   * kept trace together (up to 256 a request), each of a kept trace alone, in its trace. The reports to send over HTTP instead:
    * those of a request not answered, and those billing failed (5xx); those it refused are logged.
    */
   private async request(

@@ -108,7 +108,17 @@ export async function verifyAuditChain<DB>(
       }
       if (!known) return check(null, events);
       const hash = known.hash.toLowerCase();
-      if (known.seq <= head.anchor_seq) return { ...check(null, events), known: { ...known, hash, found: 'purged' } };
+      if (known.seq === head.anchor_seq && known.seq > 0 && head.anchor_hash !== hash) {
+        const detail = `event ${known.seq}, the newest purged: its hash is not the one kept elsewhere`;
+        return {
+          ...check({ seq: known.seq, id: null, reason: 'rewritten', detail }, events),
+          known: { ...known, hash, found: 'differs' },
+        };
+      }
+      if (known.seq <= head.anchor_seq) {
+        const found = known.seq === head.anchor_seq ? 'matches' : 'purged';
+        return { ...check(null, events), known: { ...known, hash, found } };
+      }
       if (known.seq > head.head_seq) {
         const detail = `the chain ends at event ${head.head_seq}, before event ${known.seq} kept elsewhere: it was cut back`;
         return {

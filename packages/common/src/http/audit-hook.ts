@@ -25,9 +25,10 @@ declare module 'fastify' {
   interface FastifyInstance {
     /**
      * Resolves once every event of an answer already sent is appended (or failed): the service's close calls it before
-     * its database closes, so an answer sent during the shutdown is not left out of the trail.
+     * its database closes, so an answer sent during the shutdown is not left out of the trail. Only on an app with the
+     * audit hook registered.
      */
-    auditAppended(): Promise<void>;
+    auditAppended?(): Promise<void>;
   }
 }
 

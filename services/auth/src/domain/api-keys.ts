@@ -121,7 +121,11 @@ export async function revokeApiKey(ctx: AuthContext, actor: Principal, id: strin
   // Revoked once: only the request that revoked it records it.
   const revoked = await auditedChange(ctx, async (trx, record) => {
     const row = await revokeRow(trx, id);
-    if (row) await record({ action: 'api_key_revoked', actor, target: `api_key:${id}` }, 'API key revoked');
+    if (row) {
+      await record({ action: 'api_key_revoked', actor, target: `api_key:${id}` }, 'API key revoked', {
+        revocation: true,
+      });
+    }
     return row;
   });
   return shown(revoked ?? (await findApiKey(ctx.db, id)) ?? key);

@@ -10,7 +10,7 @@
  * (`audit`): a failure there is logged.
  */
 import { type AuditOutcome, appendAudit, auditActor, type Principal } from '@gpu/common';
-import type { Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
 import type { AuthDatabase } from '../db/schema.ts';
 import type { AuthContext } from './context.ts';
 
@@ -31,19 +31,21 @@ const actorOf = (actor: AuditEvent['actor']) => (actor && 'subject' in actor ? a
 function entryOf(ctx: AuthContext, event: AuditEvent) {
   const actor = actorOf(event.actor);
   const outcome = event.outcome ?? 'succeeded';
+  const address = event.address ?? ctx.origin?.ip ?? null;
   const line = {
     audit: true,
     action: event.action,
     outcome,
     actor_id: actor?.id ?? null,
     target: event.target ?? null,
+    ...(address ? { ip: address } : {}),
     ...event.details,
   };
   const row = {
     action: event.action,
     outcome,
     actor,
-    address: event.address ?? ctx.origin?.ip ?? null,
+    address,
     target: event.target ?? null,
     details: event.details ?? {},
     requestId: ctx.origin?.requestId ?? null,
@@ -67,13 +69,18 @@ export async function audit(ctx: AuthContext, event: AuditEvent, message: string
   }
 }
 
-/** Appends an event to the trail in the change's transaction; its log line is written once that has committed. */
-export type RecordAudit = (event: AuditEvent, message: string) => Promise<void>;
+/**
+ * Appends an event to the trail in the change's transaction; its log line is written once that has committed.
+ * `revocation`: the change takes access away (a sign-out, a key revoked, a stolen token's sign-in ended), and stands
+ * even where its event cannot be appended: the append is undone alone (a savepoint) and the event logged as an error.
+ */
+export type RecordAudit = (event: AuditEvent, message: string, opts?: { revocation?: boolean }) => Promise<void>;
 
 /**
  * Runs `change` in a transaction in which it records its events (`record`): the change and its events commit together
- * or not at all (a failed append throws, and the change is rolled back). Each event's log line is written after the
- * commit. Appending takes the trail's one lock until the commit: record last, after the change's own work.
+ * or not at all (a failed append throws, and the change is rolled back), but a revocation, which stands alone (see
+ * `RecordAudit`). Each event's log line is written after the commit. Appending takes the trail's one lock until the
+ * commit: record last, after the change's own work.
  */
 export async function auditedChange<T>(
   ctx: AuthContext,
@@ -81,10 +88,25 @@ export async function auditedChange<T>(
 ): Promise<T> {
   const logs: (() => void)[] = [];
   const result = await ctx.db.transaction().execute((trx) =>
-    change(trx, async (event, message) => {
+    change(trx, async (event, message, opts = {}) => {
       const { row, log } = entryOf(ctx, event);
-      await appendAudit<AuthDatabase>(trx, row);
-      logs.push(() => log(message));
+      if (!opts.revocation) {
+        await appendAudit<AuthDatabase>(trx, row);
+        logs.push(() => log(message));
+        return;
+      }
+      await sql`SAVEPOINT audit_event`.execute(trx);
+      try {
+        await appendAudit<AuthDatabase>(trx, row);
+        await sql`RELEASE SAVEPOINT audit_event`.execute(trx);
+        logs.push(() => log(message));
+      } catch (err) {
+        await sql`ROLLBACK TO SAVEPOINT audit_event`.execute(trx);
+        logs.push(() => {
+          log(message);
+          ctx.logger.error({ err, action: event.action }, 'appending to the audit trail failed: the revocation stands');
+        });
+      }
     }),
   );
   for (const log of logs) log();

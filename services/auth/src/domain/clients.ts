@@ -84,6 +84,8 @@ function auditClient(record: RecordAudit, actor: Principal | null, action: strin
       details: { client_name: client.name, role: client.role, ...extra },
     },
     `client ${action}`,
+    // A client revoked stays revoked, whether or not its event could be appended.
+    { revocation: action === 'revoked' },
   );
 }
 
@@ -290,10 +292,7 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
       if (existing && existing.role === role) {
         client = (await rotateSecret(trx, existing.id, hashSecret(secret), new Date()))!;
       } else {
-        if (existing) {
-          await revokeClientRow(trx, existing.id);
-          await auditClient(record, null, 'revoked', existing, { reason: `bootstrapped again as ${role}` });
-        }
+        if (existing) await revokeClientRow(trx, existing.id);
         client = await insertClient(trx, {
           name,
           role,
@@ -301,6 +300,8 @@ export async function ensureBootstrapClients(ctx: AuthContext): Promise<string[]
           secret_hash: hashSecret(secret),
           created_by: null,
         });
+        // Recorded after the rows are written (the trail's lock is taken last).
+        if (existing) await auditClient(record, null, 'revoked', existing, { reason: `bootstrapped again as ${role}` });
       }
       // Recorded before the file is written: a failed append leaves no file naming a client that does not exist.
       await auditClient(record, null, existing?.role === role ? 'secret_reissued' : 'bootstrapped', client, { file });

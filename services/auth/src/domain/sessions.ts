@@ -204,6 +204,7 @@ export async function refresh(
             address: clientIp,
           },
           'refresh token reuse detected: token family revoked',
+          { revocation: true },
         );
       });
       throw authErrors.refreshTokenReused();
@@ -227,6 +228,7 @@ export async function logout(ctx: AuthContext, refreshToken: string): Promise<vo
     await record(
       { action: 'logged_out', actor: { id: row.user_id, kind: 'user' }, target: `sign_in:${row.family_id}` },
       'logged out',
+      { revocation: true },
     );
   });
 }

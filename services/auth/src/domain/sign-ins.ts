@@ -68,7 +68,9 @@ export async function signOut(ctx: AuthContext, actor: Principal, familyId: stri
   await revokingSignIns(ctx, userId, async (trx, record) => {
     // Signed out once: only the request that did it records it.
     if ((await revokeFamily(trx, familyId, 'signed_out')) === 0) return;
-    await record({ action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out');
+    await record({ action: 'signed_out', actor, target: `sign_in:${familyId}` }, 'device signed out', {
+      revocation: true,
+    });
   });
 }
 
@@ -84,6 +86,7 @@ export async function signOutOthers(ctx: AuthContext, actor: Principal, includeC
     await record(
       { action: 'signed_out_all', actor, target: `user:${userId}`, details: { include_current: includeCurrent } },
       'devices signed out',
+      { revocation: true },
     );
     return signedOut;
   });

@@ -7,6 +7,7 @@ import { callerOf } from '@gpu/common';
 import { z } from 'zod';
 import type { AuthContext } from '../domain/context.ts';
 import { issueDaemonNatsUser } from '../domain/nats-users/index.ts';
+import { forRequest } from './request.ts';
 import { problems, schemas } from './schemas.ts';
 
 const natsUserSchema = z
@@ -56,7 +57,7 @@ export async function natsUserRoutes(app: App, ctx: AuthContext): Promise<void> 
       },
     },
     async (request, reply) => {
-      const user = await issueDaemonNatsUser(ctx, callerOf(request), request.body.public_key);
+      const user = await issueDaemonNatsUser(forRequest(ctx, request), callerOf(request), request.body.public_key);
       reply.code(201);
       return { ...user, expires_at: user.expires_at.toISOString() };
     },

@@ -162,7 +162,7 @@ export async function setupBilling(opts: SetupOptions = {}) {
     assertLedgerConsistent,
     async close() {
       await app.close();
-      await app.auditAppended();
+      await app.auditAppended?.();
       // Automatic payouts a session end started in the background (the server's background does this on stop).
       await settleAutoPayouts(ctx);
       await database.close();

@@ -112,6 +112,7 @@ export async function removeSshKey(ctx: AuthContext, actor: Principal, id: strin
         details: { name: removed.name, type: removed.type, fingerprint: removed.fingerprint },
       },
       'SSH key removed',
+      { revocation: true },
     );
   });
 }
