@@ -4,7 +4,15 @@
  * changed, an event deleted from the middle, two swapped, the newest deleted), and a database made before the chain
  * has its events chained by the migration.
  */
-import { appendAudit, auditChainHead, migrateToLatest, openDatabase, verifyAuditChain } from '@gpu/common';
+import {
+  appendAudit,
+  auditChainHead,
+  migrateToLatest,
+  openDatabase,
+  purgeAudit,
+  setAuditRetention,
+  verifyAuditChain,
+} from '@gpu/common';
 import { asIntruder, createTestDatabase } from '@gpu/common/testing';
 import { type Kysely, Migrator, sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -173,5 +181,32 @@ describe("auth's audit trail, chained by hash", () => {
       await database.close();
       await test.drop();
     }
+  });
+
+  it('compares a kept head that is now the newest purged event with the hash the chain keeps of it', async () => {
+    await appendAudit(auth.db, { action: 'roles_changed', details: { n: 'to purge' } });
+    const kept = await auditChainHead(auth.db);
+    await appendAudit(auth.db, { action: 'roles_changed', details: { n: 'kept' } });
+    // Purged up to the kept head (the retention the database holds made the next event's age, as the purge role would).
+    const purged = await auth.db.transaction().execute(async (trx) => {
+      await sql`UPDATE audit_chain SET retention = now() - e.at FROM audit_events e WHERE e.seq = ${kept.seq + 1}`.execute(
+        trx,
+      );
+      return purgeAudit(trx);
+    });
+    expect(purged).toBeGreaterThan(0);
+    await setAuditRetention(auth.db, 0);
+    const against = async (hash: string) =>
+      (await auth.app.inject({ url: `/api/v1/auth/audit/verify?seq=${kept.seq}&hash=${hash}`, headers: admin })).json();
+    expect(await against(kept.hash)).toMatchObject({
+      intact: true,
+      anchor_seq: kept.seq,
+      known: { found: 'matches' },
+    });
+    expect(await against('ab'.repeat(32))).toMatchObject({
+      intact: false,
+      broken: { seq: kept.seq, reason: 'rewritten' },
+      known: { found: 'differs' },
+    });
   });
 });
