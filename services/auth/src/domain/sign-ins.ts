@@ -23,7 +23,6 @@ import {
 } from '../db/refresh-token-repository.ts';
 import { findUserById, updatePasswordHash } from '../db/user-repository.ts';
 import { authErrors } from '../errors.ts';
-
 import type { AuthContext } from './context.ts';
 import { loginLimits } from './login-limits.ts';
 import { noticePasswordChanged } from './mail/notices.ts';
