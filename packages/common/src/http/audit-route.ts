@@ -150,6 +150,7 @@ export function auditTrailRoute(
           seq: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional().describe("a kept head's seq"),
           hash: z
             .string()
+            .length(64)
             .regex(/^[0-9a-fA-F]{64}$/)
             .optional()
             .describe("that head's hash: 64 hex digits (sha256), as logged"),
