@@ -108,33 +108,35 @@ export async function verifyAuditChain<DB>(
       }
       if (!known) return check(null, events);
       const hash = known.hash.toLowerCase();
-      if (known.seq === head.anchor_seq && known.seq > 0 && head.anchor_hash !== hash) {
-        const detail = `event ${known.seq}, the newest purged: its hash is not the one kept elsewhere`;
-        return {
-          ...check({ seq: known.seq, id: null, reason: 'rewritten', detail }, events),
-          known: { ...known, hash, found: 'differs' },
-        };
+      const about = (
+        found: NonNullable<AuditChainCheck['known']>['found'],
+        broken: AuditChainCheck['broken'] = null,
+      ) => ({
+        ...check(broken, events),
+        known: { seq: known.seq, hash, found },
+      });
+      const rewritten = (id: string | null, found: 'differs' | 'cut', detail: string) =>
+        about(found, { seq: known.seq, id, reason: 'rewritten', detail: `event ${known.seq}: ${detail}` });
+      // The newest purged event keeps its hash as the anchor's; older ones are gone.
+      if (known.seq === head.anchor_seq) {
+        return head.anchor_hash === hash
+          ? about('matches')
+          : rewritten(null, 'differs', 'the newest purged: its hash is not the one kept elsewhere');
       }
-      if (known.seq <= head.anchor_seq) {
-        const found = known.seq === head.anchor_seq ? 'matches' : 'purged';
-        return { ...check(null, events), known: { ...known, hash, found } };
-      }
+      if (known.seq < head.anchor_seq) return about('purged');
       if (known.seq > head.head_seq) {
-        const detail = `the chain ends at event ${head.head_seq}, before event ${known.seq} kept elsewhere: it was cut back`;
-        return {
-          ...check({ seq: known.seq, id: null, reason: 'rewritten', detail }, events),
-          known: { ...known, hash, found: 'cut' },
-        };
+        return rewritten(null, 'cut', `the chain ends at event ${head.head_seq}, before it: it was cut back`);
       }
       const held = (
         await sql<{ id: string; hash: string }>`
           SELECT id, encode(hash, 'hex') AS hash FROM audit_events WHERE seq = ${known.seq}`.execute(trx)
       ).rows[0]!;
-      if (held.hash === hash) return { ...check(null, events), known: { ...known, hash, found: 'matches' } };
-      const detail = `event ${known.seq}: its hash is not the one kept elsewhere: the chain was recomputed from it or before`;
-      return {
-        ...check({ seq: known.seq, id: held.id, reason: 'rewritten', detail }, events),
-        known: { ...known, hash, found: 'differs' },
-      };
+      return held.hash === hash
+        ? about('matches')
+        : rewritten(
+            held.id,
+            'differs',
+            'its hash is not the one kept elsewhere: the chain was recomputed from it or before',
+          );
     });
 }

@@ -90,22 +90,18 @@ export async function auditedChange<T>(
   const result = await ctx.db.transaction().execute((trx) =>
     change(trx, async (event, message, opts = {}) => {
       const { row, log } = entryOf(ctx, event);
-      if (!opts.revocation) {
-        await appendAudit<AuthDatabase>(trx, row);
-        logs.push(() => log(message));
-        return;
-      }
+      // Written only once the transaction commits (a failed append of a change throws, and nothing is logged).
+      logs.push(() => log(message));
+      if (!opts.revocation) return appendAudit<AuthDatabase>(trx, row);
       await sql`SAVEPOINT audit_event`.execute(trx);
       try {
         await appendAudit<AuthDatabase>(trx, row);
         await sql`RELEASE SAVEPOINT audit_event`.execute(trx);
-        logs.push(() => log(message));
       } catch (err) {
         await sql`ROLLBACK TO SAVEPOINT audit_event`.execute(trx);
-        logs.push(() => {
-          log(message);
-          ctx.logger.error({ err, action: event.action }, 'appending to the audit trail failed: the revocation stands');
-        });
+        logs.push(() =>
+          ctx.logger.error({ err, action: event.action }, 'appending to the audit trail failed: the revocation stands'),
+        );
       }
     }),
   );
