@@ -156,10 +156,12 @@ describe('a renter who reads nothing', () => {
   }
 
   it("holds the program's output on the renter's SSH connection to the session's bytes a second", async () => {
-    // 4 MiB at 1 MiB a second (a second's worth at once): about three seconds, however fast the machine writes.
+    // 4 MiB at 1 MiB a second (a second's worth at once): at least three seconds from the meter's start, however
+    // fast the machine writes. (The clock starts with the meter: output flows, and waits in the client's window,
+    // before the exec's callback runs, the longer the busier the machine.)
     const m = await machine('stdout', 4 * MIB);
-    const { channel } = await renterSsh(m, new ByteMeter(MIB));
     const started = Date.now();
+    const { channel } = await renterSsh(m, new ByteMeter(MIB));
     let read = 0;
     channel.on('data', (d: Buffer) => {
       read += d.length;
