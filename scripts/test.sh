@@ -15,7 +15,8 @@ Lints (code and the OpenAPI documents), type-checks, looks for import cycles and
 servers (PostgreSQL, NATS, S3, a Consul stand-in, the Solana localnet; installed with apt when missing, as root), runs
 the tests with every answer checked against its service's OpenAPI document (a whole run, with no arguments, then runs
 the registry benchmark once at 20,000 providers, to see that it runs to its end), and stops the servers. A run that
-leaves a new file in the checkout (one git does not ignore) fails: tests write only into temporary folders.
+leaves a new file in the checkout (one git does not ignore, or one in a .data folder) fails: tests write only into
+temporary folders.
   SKIP_CHECKS=1      skip lint, type-check, cycles and dead code (a quick, focused run)
   TEST_PORT_BASE=N   the test servers at N+0..9 and the platforms the tests start above them (two runs side by side)
   TEST_ENV_DIR=DIR   where the test servers keep their data (default .test-env)
@@ -34,8 +35,15 @@ if [ -z "${SKIP_CHECKS:-}" ]; then
   pnpm -s dead-code
   pnpm -s lint:api
 fi
-# Files new in the checkout after the run (git ignores neither): tests write only into their own temporary folders.
-new_files() { { git ls-files --others --exclude-standard 2>/dev/null || true; } | LC_ALL=C sort; }
+# Files new in the checkout after the run: tests write only into their own temporary folders. Those git does not
+# ignore, and those in any `.data/` folder, which git ignores (the programs' default data folders, relative to where
+# they run: a test that starts one without a folder of its own writes there).
+new_files() {
+  {
+    git ls-files --others --exclude-standard 2>/dev/null || true
+    git ls-files --others --ignored --exclude-standard -- ':(glob)**/.data/**' 2>/dev/null || true
+  } | LC_ALL=C sort
+}
 files_before=$(new_files)
 source scripts/test-env.sh
 # Every temporary folder the run makes (the tests', the servers' and the platforms' they start) lies in one of the run's

@@ -419,6 +419,8 @@ describe('a daemon killed with SIGKILL', () => {
             { name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559, power_limit_w: 700, power_draw_w: 610 },
           ],
         },
+        // Its workloads' folder (and journal) in the test's own folder, not the default under the working directory.
+        workloads: { run_dir: join(dir, `run-${randomUUID().slice(0, 8)}`) },
       }),
       { mode: 0o600 },
     );
