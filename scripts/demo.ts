@@ -143,13 +143,24 @@ function say(step: string, detail = '', commands: string[] = []) {
   for (const command of commands) process.stdout.write(`           $ ${command}\n`);
 }
 
-/** Polls `probe` until it returns a value (not undefined), or fails naming `what`. */
+/** Polls `probe` until it returns a value (not undefined), or fails naming `what` and the probe's last error. */
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
+  let failed: string | undefined;
   for (;;) {
-    const value = await probe().catch(() => undefined);
+    const value = await probe().then(
+      (v) => {
+        failed = undefined;
+        return v;
+      },
+      (err: unknown) => {
+        failed = err instanceof Error ? err.message : String(err);
+        return undefined;
+      },
+    );
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${failed ? ` (its last check failed: ${failed})` : ''}`);
     await sleep(500);
   }
 }
