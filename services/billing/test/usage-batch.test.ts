@@ -5,6 +5,7 @@
  */
 
 import { isAppError, UNCHECKED_PRINCIPAL } from '@gpu/common';
+import { lockWaiters } from '@gpu/common/testing';
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -242,18 +243,6 @@ describe('applyUsageBatch', () => {
   });
 });
 
-/** Waits (10 ms apart, `tries` times) until `n` of the test database's sessions wait for a lock; else fails with `why`. */
-async function lockWaiters(n: number, tries: number, why: string): Promise<void> {
-  for (let i = 0; ; i++) {
-    const { rows } = await sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(h.db);
-    if (rows[0]!.n >= n) return;
-    if (i > tries) throw new Error(why);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe('a retry racing its original in another batch', () => {
   /**
    * Another batch holds the session and writes the original's record (and, with `end`, ends the session); the
@@ -276,7 +265,7 @@ describe('a retry racing its original in another batch', () => {
     await h.db.transaction().execute(async (trx) => {
       await sql`SELECT 1 FROM rental_sessions WHERE id = ${a} FOR UPDATE`.execute(trx);
       retry = applyUsageBatch(h.ctx, [u]);
-      await lockWaiters(1, 200, 'the retry never waited for the session');
+      await lockWaiters(h.db, 1);
       await sql`INSERT INTO usage_records
         (id, session_id, message_id, reported_at, gpu_utilization, power_draw_w, billed_minutes, cost)
         VALUES (${original}, ${a}, 'raced', ${clock.now().toISOString()}, 50, 300, 1, 0)`.execute(trx);
@@ -337,7 +326,7 @@ async function opposedBatches(body: { spend_cap?: string }, minutes: number) {
     gpuUtilization: 50,
     powerDrawW: 300,
   });
-  const waiting = (n: number) => lockWaiters(n, 500, `${n} batches never waited`);
+  const waiting = (n: number) => lockWaiters(h.db, n);
   let first: ReturnType<typeof applyUsageBatch> | undefined;
   let second: ReturnType<typeof applyUsageBatch> | undefined;
   await h.db.transaction().execute(async (trx) => {

@@ -65,7 +65,7 @@ const freeGpus = async (id: string) =>
     0,
   );
 
-async function until<T>(read: () => Promise<T>, want: (v: T) => boolean, ms = 10_000): Promise<T> {
+async function until<T>(read: () => Promise<T>, want: (v: T) => boolean, ms = 30_000): Promise<T> {
   const end = Date.now() + ms;
   let now = await read();
   while (!want(now) && Date.now() < end) {

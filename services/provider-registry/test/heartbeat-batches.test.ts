@@ -173,7 +173,7 @@ describe('POST /providers/heartbeats', () => {
         recordHeartbeats(h.database.db, [{ id: a.id, owner, daemon: null }]),
         recordHeartbeats(h.database.db, [{ id: b.id, owner, daemon: null, metrics: [{ index: 0, temperature: 71 }] }]),
       ]);
-      await expect.poll(waiting, { timeout: 10_000 }).toBe(2);
+      await expect.poll(waiting, { timeout: 30_000 }).toBe(2);
       await sql`COMMIT`.execute(other);
       return beating;
     });

@@ -64,7 +64,7 @@ describe('heartbeats whose subject names their sender', () => {
     const seen = await lastSeen(machine);
     nc.publish(`${prefix()}.${owner.id}.${daemon.id}.${machine}`);
     await expect
-      .poll(async () => (await lastSeen(machine)).getTime(), { timeout: 10_000 })
+      .poll(async () => (await lastSeen(machine)).getTime(), { timeout: 30_000 })
       .toBeGreaterThan(seen.getTime());
   });
 

@@ -169,9 +169,9 @@ describe.each(stores)('uploads cut short, on $name', ({ start }) => {
     await store?.stop();
   });
 
-  /** The multipart uploads still open in a bucket, once those being aborted are gone (10 s at most). */
+  /** The multipart uploads still open in a bucket, once those being aborted are gone (30 s at most). */
   async function openUploads(name: string): Promise<number> {
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000;
     for (;;) {
       const out = await s3.send(new ListMultipartUploadsCommand({ Bucket: name }));
       const open = out.Uploads?.length ?? 0;

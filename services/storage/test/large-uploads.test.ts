@@ -156,7 +156,7 @@ describe('large and over-limit uploads', () => {
     for (let i = 0; i < chunks; i++) req.write(chunkAt(i, MiB));
     await new Promise((r) => setTimeout(r, 500));
     req.destroy();
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000;
     while ((await pendingUploads()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(await pendingUploads()).toBe(0);
     expect(await exists(key)).toBe(false);

@@ -104,7 +104,7 @@ describe.each(engines)('the gateway: $name', (engine) => {
   beforeAll(async () => {
     gateway = await engine.start(upstreams());
     base = gateway.base;
-  }, 30_000);
+  });
   afterAll(async () => {
     await gateway?.stop();
   });

@@ -180,7 +180,7 @@ describe.each(engines)('port hosts through $name', (engine) => {
     gateway = await engine.start();
     base = gateway.base;
     portHost = `${SESSION}-8888.ports.localhost:${new URL(base).port}`;
-  }, 30_000);
+  });
   afterAll(async () => {
     await gateway?.stop();
   });

@@ -202,7 +202,7 @@ describe.each(engines)('WebSocket upgrades through $name', (engine) => {
   beforeAll(async () => {
     gateway = await engine.start(everywhere(backend.url));
     ws = gateway.base.replace(/^http/, 'ws');
-  }, 30_000);
+  });
   afterAll(async () => {
     await gateway?.stop();
   });

@@ -348,9 +348,9 @@ describe('container mode', () => {
     expect(alive(pid)).toBe(true);
     const asked = Date.now();
     expect(await w.container.stop('session_ended')).toMatchObject({ state: 'stopped', reason: 'session_ended' });
-    // The grace period (1 s), then SIGKILL.
+    // The grace period (1 s), then SIGKILL (the bound leaves room for a busy machine's podman calls).
     expect(Date.now() - asked).toBeGreaterThanOrEqual(900);
-    expect(Date.now() - asked).toBeLessThan(8000);
+    expect(Date.now() - asked).toBeLessThan(20_000);
     expect(alive(pid)).toBe(false);
     expect(labelled()).not.toContain(`gpu-session-${w.sessionId}`);
   });

@@ -318,7 +318,8 @@ describe('provider daemon', () => {
         connection: nc,
         subject: platform.registry.config.messaging.subjects.heartbeats,
         token,
-        timeoutMs: 2000,
+        // Generous: an answer that comes later than this falls back to HTTP, which nothing answers here.
+        timeoutMs: 20_000,
         logger,
       });
       const daemon = new ProviderDaemon({ config: away, logger, gpus, token, beats });
@@ -333,7 +334,7 @@ describe('provider daemon', () => {
       await daemon.heartbeat();
       // Published, answered by nobody (the one before asked): applied a moment later.
       await expect
-        .poll(async () => Date.parse((await seen()).last_seen_at), { timeout: 10_000 })
+        .poll(async () => Date.parse((await seen()).last_seen_at), { timeout: 30_000 })
         .toBeGreaterThan(Date.parse(before));
       expect((await seen()).gpus[0].temperature).toBe(50);
       // Three more: sent.

@@ -580,8 +580,9 @@ describe('a server inside the workload, reached through the platform', () => {
       const stopping = Date.now();
       await second.close();
       secondClosed = true;
-      // Short of its shutdown timeout (10 s), with room for a busy machine.
-      expect(Date.now() - stopping).toBeLessThan(8_000);
+      // Not held by the open stream (here no shutdown timeout would cut it: held, the close would wait for as long as
+      // the stream stays open); the bound leaves a busy machine room.
+      expect(Date.now() - stopping).toBeLessThan(30_000);
       await idleEnded;
     } finally {
       await balanced.stop();
