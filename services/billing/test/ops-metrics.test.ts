@@ -47,3 +47,23 @@ describe('billing_payouts_pending_oldest_seconds', () => {
     expect(oldest).toBeLessThan(41 * 60);
   });
 });
+
+describe('a scrape while a table is locked', () => {
+  it('answers within the read limit, the gauges of the locked tables as they were and the others read', async () => {
+    await transaction('withdrawal', 'pending', 5);
+    const before = await metric('billing_sessions_running');
+    expect(before).toBeDefined();
+    const answered = await h.db.transaction().execute(async (trx) => {
+      // As a migration or an operator's VACUUM FULL holds them: every read of these tables waits.
+      await sql`LOCK TABLE rental_sessions, outbox_events, payout_pause IN ACCESS EXCLUSIVE MODE`.execute(trx);
+      const scrape = h.app.inject({ url: '/metrics' }).then((r) => r.body);
+      const hung = new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 30_000).unref());
+      return Promise.race([scrape, hung]);
+    });
+    // Unbounded, the scrape waited for the lock (and held a connection per gauge until then).
+    expect(answered, 'the scrape never answered while the tables were locked').toBeDefined();
+    const text = answered!;
+    expect(text).toMatch(new RegExp(`^billing_sessions_running\\{[^}]*\\} ${before}$`, 'm'));
+    expect(text).toMatch(/^billing_payouts_pending\{[^}]*\} [1-9]\d*$/m);
+  });
+});

@@ -1,4 +1,5 @@
 /** The fleet on /metrics: machines counted by status when Prometheus scrapes (the offline-jump alert reads it). */
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, register, startHarness } from './helpers.ts';
 
@@ -28,5 +29,19 @@ describe('registry_providers', () => {
     const after = await scrape();
     expect(count(after, 'idle') - count(before, 'idle')).toBe(2);
     expect(count(after, 'busy') - count(before, 'busy')).toBe(1);
+  });
+
+  it('answers a scrape while the table is locked, the counts as they were', async () => {
+    const scrape = async () => (await h.app.inject({ url: '/metrics' })).body;
+    await register(h.app);
+    const idle = count(await scrape(), 'idle');
+    const answered = await h.database.db.transaction().execute(async (trx) => {
+      // As a migration or an operator's VACUUM FULL holds it: every read of the table waits.
+      await sql`LOCK TABLE providers IN ACCESS EXCLUSIVE MODE`.execute(trx);
+      const hung = new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 30_000).unref());
+      return Promise.race([scrape(), hung]);
+    });
+    expect(answered, 'the scrape never answered while the table was locked').toBeDefined();
+    expect(count(answered!, 'idle')).toBe(idle);
   });
 });

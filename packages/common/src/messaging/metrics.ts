@@ -4,9 +4,10 @@
  * published; `<prefix>_outbox_oldest_seconds`: the age of the oldest). The alert rules (deploy/prometheus/alerts.yml)
  * name them.
  */
-import { type QueryExecutorProvider, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import type { Logger } from 'pino';
 import { Gauge } from 'prom-client';
+import { databaseGauge } from '../db/metric-read.ts';
 import type { NatsPublisher } from './publisher.ts';
 
 /**
@@ -27,32 +28,24 @@ export function natsConnectedGauge(publisher: Pick<NatsPublisher, 'connected'>):
 /**
  * `<prefix>_outbox_backlog` and `<prefix>_outbox_oldest_seconds` (0: none), counted in the service's database when
  * Prometheus scrapes (a database holding `outbox_events`): the same for every instance of the service, as the outbox
- * is shared (rules take the `max`).
+ * is shared (rules take the `max`). Each read is bounded (db/metric-read.ts).
  */
-export function outboxMetrics(prefix: string, db: QueryExecutorProvider, logger: Logger): Gauge[] {
-  const fromDb = (name: string, help: string, query: ReturnType<typeof sql<{ n: string | number | null }>>) =>
-    new Gauge({
-      name,
-      help,
-      registers: [],
-      async collect() {
-        try {
-          this.set(Number((await query.execute(db)).rows[0]?.n ?? 0));
-        } catch (err) {
-          logger.warn({ err: (err as Error).message, metric: name }, 'reading a metric failed');
-        }
-      },
-    });
+export function outboxMetrics<DB>(prefix: string, db: Kysely<DB>, logger: Logger): Gauge[] {
   return [
-    fromDb(
-      `${prefix}_outbox_backlog`,
-      'events recorded but not yet published',
-      sql`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`,
-    ),
-    fromDb(
-      `${prefix}_outbox_oldest_seconds`,
-      'age of the oldest event not yet published (0: none)',
-      sql`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS n FROM outbox_events WHERE published_at IS NULL`,
-    ),
+    databaseGauge({
+      name: `${prefix}_outbox_backlog`,
+      help: 'events recorded but not yet published',
+      db,
+      logger,
+      query: sql`SELECT count(*) AS n FROM outbox_events WHERE published_at IS NULL`,
+    }),
+    databaseGauge({
+      name: `${prefix}_outbox_oldest_seconds`,
+      help: 'age of the oldest event not yet published (0: none)',
+      db,
+      logger,
+      query: sql`SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) AS n FROM outbox_events
+                 WHERE published_at IS NULL`,
+    }),
   ];
 }

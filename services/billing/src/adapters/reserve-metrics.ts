@@ -3,13 +3,14 @@
  * admin's, a payout's that found a gap): the treasury's balance, what it must hold, their ratio (the alert fires below
  * 1), the gap, the surplus (deposits waiting: tokens sent to the treasury that no wallet has claimed yet, deposits
  * being claimed by signature), and when the last check ran; and whether withdrawals and payouts are paused (read from
- * the database when Prometheus scrapes).
+ * the database when Prometheus scrapes, bounded: common's boundedRead).
  *
  * Each of the report's gauges is registered when the first check sets it, not before: a gauge never set would read 0,
  * as an empty treasury (and the SOL balance, read apart, only once a read of it succeeded). But where this instance
  * checks the reserves in the background, when they were last checked is there from the start, reading when it started:
  * a chain unreachable from the first check on raises the stale-check alert as one that became unreachable later does.
  */
+import { boundedRead } from '@gpu/common';
 import { Gauge, type Metric, type Registry } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { payoutPause, type ReserveReport } from '../domain/reserves/index.ts';
@@ -59,7 +60,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry, opts: { c
       registers: [],
       async collect() {
         try {
-          this.set((await payoutPause(ctx)) ? 1 : 0);
+          this.set((await boundedRead(ctx.db, (trx) => payoutPause(ctx, trx))) ? 1 : 0);
         } catch (err) {
           ctx.logger.warn({ err: (err as Error).message, metric: 'billing_payouts_paused' }, 'reading a metric failed');
         }

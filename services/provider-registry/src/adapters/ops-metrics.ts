@@ -2,10 +2,10 @@
  * The fleet as an operator watches it, read from the database when Prometheus scrapes: machines by status
  * (`registry_providers{status}`: idle, busy, offline, maintenance, error; each status present, 0 when no machine has
  * it). A jump in offline machines is an alert of deploy/prometheus/alerts.yml. Every instance reads the same table,
- * so rules and panels take the `max` over instances, never the sum.
+ * so rules and panels take the `max` over instances, never the sum. The read is bounded (common's boundedRead).
  */
 
-import type { Database, GroupCommitStats, Logger } from '@gpu/common';
+import { boundedRead, type Database, type GroupCommitStats, type Logger } from '@gpu/common';
 import { sql } from 'kysely';
 import { Counter, Gauge } from 'prom-client';
 import type { RegistryDB } from '../db/schema.ts';
@@ -19,8 +19,11 @@ export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gau
     registers: [],
     async collect() {
       try {
-        const { rows } = await sql<{ status: string; n: string }>`
-          SELECT status, count(*)::text AS n FROM providers GROUP BY status`.execute(database.db);
+        const { rows } = await boundedRead(database.db, (trx) =>
+          sql<{ status: string; n: string }>`SELECT status, count(*)::text AS n FROM providers GROUP BY status`.execute(
+            trx,
+          ),
+        );
         this.reset();
         // Every status, 0 where no machine has it: a rule comparing with 15 minutes ago needs the series then.
         for (const status of PROVIDER_STATUSES) this.set({ status }, 0);

@@ -8,7 +8,7 @@
  * audit hook of the route they used.
  */
 import { appendAudit, type Principal } from '@gpu/common';
-import type { Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import {
   clearPayoutPause,
   lockPayoutPauseShared,
@@ -39,9 +39,12 @@ function pauseOf(row: PayoutPauseRow): PayoutPause | null {
   return { since: row.paused_at, cause: row.cause, reason: row.reason, by: row.paused_by, details: row.details };
 }
 
-/** The pause in force, or null. */
-export async function payoutPause(ctx: BillingContext): Promise<PayoutPause | null> {
-  return pauseOf(await readPayoutPause(ctx.db));
+/** The pause in force, or null (read with `db`: the context's, or a transaction's). */
+export async function payoutPause(
+  ctx: BillingContext,
+  db: Kysely<BillingDB> | Transaction<BillingDB> = ctx.db,
+): Promise<PayoutPause | null> {
+  return pauseOf(await readPayoutPause(db));
 }
 
 /** PAYOUTS_PAUSED while paused; inside a payout's debit transaction, where it holds the pause's row shared. */
