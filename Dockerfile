@@ -46,7 +46,9 @@ RUN mkdir -p /data /nats/server /nats/creds "services/${SERVICE}/.data" \
 WORKDIR /app/services/${SERVICE}
 USER node
 EXPOSE ${PORT}
+# Healthy while it can serve (its readiness, as Consul's check and Kubernetes' readiness probe): an outage it rides out
+# (NATS) makes /health 503 but must not have an orchestrator that acts on this check replace every container.
 HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:'+process.env.PORT+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+process.env.PORT+'/health/ready').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 # start-command: `node <the package's V8 flags> --enable-source-maps dist/src/server.js` (scripts/lib/image.ts).
 CMD ["/bin/sh", "-c", "exec $(cat /app/start-command)"]

@@ -551,6 +551,8 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/^USER node$/m);
     expect(dockerfile).toMatch(/^EXPOSE \$\{PORT\}$/m);
     expect(dockerfile).toMatch(/^HEALTHCHECK /m);
+    // Its readiness, not /health: an outage the service rides out (NATS) leaves it healthy.
+    expect(dockerfile).toMatch(/^ {2}CMD \[.*'\/health\/ready'\)/m);
   });
 
   it("installs the pnpm of package.json's packageManager", () => {
