@@ -111,9 +111,16 @@ describe('checkpoint tar', () => {
     })();
     let packed = 0;
     try {
-      for (let i = 0; i < 40; i++) {
+      // Forty packs, and more until one is made (a busy machine can have the swaps land in many of them).
+      for (let i = 0; i < 40 || (packed === 0 && i < 200); i++) {
         const out = path.join(dir, `live-${i}.tar`);
-        if (await packDirectory(work, out, 1 << 20)) {
+        // A pack may fail while the links come and go (tar: "Cannot readlink" of an entry that is a directory again),
+        // as the runner's "not taken this time": the workload's own loss. What no pack may do is read the machine's.
+        const made = await packDirectory(work, out, 1 << 20).catch((err: unknown) => {
+          if (err instanceof CheckpointError) return false;
+          throw err;
+        });
+        if (made) {
           packed += 1;
           expect(readFileSync(out).includes('the daemon token'), `tar ${i}`).toBe(false);
         }
