@@ -476,7 +476,7 @@ export interface paths {
         put?: never;
         /**
          * A link that opens a port of the running workload in a browser (`gpu open`)
-         * @description For the session's renter alone (their sign-in, or an API key with `connect`): 404 SESSION_NOT_FOUND for anyone else. The link is good for one opening within a minute; the browser that opens it is signed in on the port's own origin (`<session>-<port>.ports.<domain>`, a cookie of that host's) for `reach.port_grant_ttl`, as long as the session runs and the credential the link was made with holds. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING; PORT_LINKS_OFF where `reach.ports_url` is not set.
+         * @description For the session's renter alone (their sign-in, or an API key with `connect`): 404 SESSION_NOT_FOUND for anyone else. The link is good for one opening within a minute; the browser that opens it is signed in on the port's own origin (`<session>-<port>.ports.<domain>`, a cookie of that host's) for `reach.port_grant_ttl`, as long as the session runs and the credential the link was made with holds. A session keeps its newest 100 links and signed-in browsers together: one more forgets the oldest. 409 SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING; PORT_LINKS_OFF where `reach.ports_url` is not set.
          */
         post: operations["createPortLink"];
         delete?: never;

@@ -6,8 +6,29 @@ type PortGrantTable = BillingDB['port_grants'];
 export type PortGrantRow = Selectable<PortGrantTable>;
 
 /** Writes a grant. */
-export async function insertPortGrant(db: Kysely<BillingDB>, row: Insertable<PortGrantTable>): Promise<void> {
+/**
+ * Adds a link's ticket or a browser's cookie, then keeps it and the session's newest `keep - 1` other grants and
+ * deletes the rest (those made before them: their browsers are signed out). The new one is never among those deleted,
+ * whatever others were made in the same millisecond.
+ */
+export async function insertPortGrant(
+  db: Kysely<BillingDB>,
+  row: Insertable<PortGrantTable>,
+  keep: number,
+): Promise<void> {
   await db.insertInto('port_grants').values(row).execute();
+  await db
+    .deleteFrom('port_grants')
+    .where('secret_hash', 'in', (eb) =>
+      eb
+        .selectFrom('port_grants')
+        .select('secret_hash')
+        .where('session_id', '=', row.session_id)
+        .where('secret_hash', '!=', row.secret_hash)
+        .orderBy('created_at', 'desc')
+        .offset(keep - 1),
+    )
+    .execute();
 }
 
 /** Takes a link's ticket out, once: of two browsers opening the same link, one gets it (expired or not). */

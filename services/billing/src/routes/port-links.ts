@@ -4,7 +4,7 @@
  */
 import { type App, callerOf, errors, zInt } from '@gpu/common';
 import { z } from 'zod';
-import { makePortLink, reachTarget } from '../domain/reach/index.ts';
+import { MAX_GRANTS_PER_SESSION, makePortLink, reachTarget } from '../domain/reach/index.ts';
 import type { RouteDeps } from './deps.ts';
 import { problems, schemas } from './schemas.ts';
 
@@ -42,7 +42,9 @@ export async function portLinkRoutes(app: App, deps: RouteDeps): Promise<void> {
           "For the session's renter alone (their sign-in, or an API key with `connect`): 404 SESSION_NOT_FOUND for " +
           'anyone else. The link is good for one opening within a minute; the browser that opens it is signed in on ' +
           "the port's own origin (`<session>-<port>.ports.<domain>`, a cookie of that host's) for `reach." +
-          'port_grant_ttl`, as long as the session runs and the credential the link was made with holds. 409 ' +
+          'port_grant_ttl`, as long as the session runs and the credential the link was made with holds. A session ' +
+          `keeps its newest ${MAX_GRANTS_PER_SESSION} links and signed-in browsers together: one more forgets the ` +
+          'oldest. 409 ' +
           'SESSION_NOT_ACTIVE, NO_WORKLOAD, WORKLOAD_NOT_RUNNING; PORT_LINKS_OFF where `reach.ports_url` is not set.',
         params,
         body: portLinkRequest,

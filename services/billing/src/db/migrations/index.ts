@@ -43,6 +43,7 @@ import { runningJobPerRenterMigration } from './0039-running-job-per-renter.ts';
 import { jobRequestHashMigration } from './0040-job-request-hash.ts';
 import { sessionOutbidMigration } from './0041-session-outbid.ts';
 import { openJobsByRenterMigration } from './0042-open-jobs-by-renter.ts';
+import { portGrantsBySessionMigration } from './0043-port-grants-by-session.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -88,5 +89,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0040-job-request-hash': jobRequestHashMigration,
     '0041-session-outbid': sessionOutbidMigration,
     '0042-open-jobs-by-renter': openJobsByRenterMigration,
+    '0043-port-grants-by-session': portGrantsBySessionMigration,
   };
 }

@@ -15,6 +15,7 @@ export { bridge, CHANNEL_PROTOCOL, CHANNEL_PROTOCOLS, joinRaw, pipeBytes } from 
 export { ByteMeter, metered } from './meter.ts';
 export {
   GRANT_COOKIE,
+  MAX_GRANTS_PER_SESSION,
   makePortLink,
   PortGrants,
   purgeExpiredGrants,

@@ -13,6 +13,8 @@
  *   with, for that session and port only. The session's end ends it, as does that credential's withdrawal (a revoked
  *   key, a sign-out: checked with the auth service at most every `LIVE_CHECK_MS`, and the relay ends its open
  *   streams). Only secrets' SHA-256 are kept.
+ * - **A session keeps its newest `MAX_GRANTS_PER_SESSION`** links and browser grants: making one more forgets the
+ *   oldest (a link no longer opens; a browser is signed out).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { AppError, durationMs, type Principal } from '@gpu/common';
@@ -28,6 +30,12 @@ import { credentialOf, type StreamCredential } from './relay.ts';
 
 /** How long a link may wait to be opened. */
 const TICKET_TTL_MS = 60_000;
+/**
+ * The most links and browser grants a session keeps: a newer one signs the oldest out. Each is a row for as long as it
+ * lasts (a cookie: `reach.port_grant_ttl`), and its renter may make links as fast as they like: without a bound, one
+ * running session could fill billing's database.
+ */
+export const MAX_GRANTS_PER_SESSION = 100;
 /** How long a credential found live is taken as live without asking again. */
 const LIVE_CHECK_MS = 5_000;
 
@@ -74,17 +82,21 @@ export async function makePortLink(
   const now = ctx.now();
   const ticket = secret();
   const expiresAt = new Date(now.getTime() + TICKET_TTL_MS);
-  await insertPortGrant(ctx.db, {
-    secret_hash: hashOf(ticket),
-    kind: 'ticket',
-    session_id: sessionId,
-    port,
-    user_id: actor.subject,
-    key_id: actor.keyId ?? null,
-    sign_in_id: actor.keyId ? null : (actor.sessionId ?? null),
-    expires_at: expiresAt,
-    created_at: now,
-  });
+  await insertPortGrant(
+    ctx.db,
+    {
+      secret_hash: hashOf(ticket),
+      kind: 'ticket',
+      session_id: sessionId,
+      port,
+      user_id: actor.subject,
+      key_id: actor.keyId ?? null,
+      sign_in_id: actor.keyId ? null : (actor.sessionId ?? null),
+      expires_at: expiresAt,
+      created_at: now,
+    },
+    MAX_GRANTS_PER_SESSION,
+  );
   return { url: `${portOrigin(portsUrl, sessionId, port)}/?${TICKET_PARAM}=${ticket}`, expiresAt };
 }
 
@@ -144,13 +156,17 @@ export class PortGrants {
     await this.assertLive(row);
     const cookie = secret();
     const expiresAt = new Date(now.getTime() + durationMs(this.ttl));
-    await insertPortGrant(this.ctx.db, {
-      ...row,
-      secret_hash: hashOf(cookie),
-      kind: 'cookie',
-      expires_at: expiresAt,
-      created_at: now,
-    });
+    await insertPortGrant(
+      this.ctx.db,
+      {
+        ...row,
+        secret_hash: hashOf(cookie),
+        kind: 'cookie',
+        expires_at: expiresAt,
+        created_at: now,
+      },
+      MAX_GRANTS_PER_SESSION,
+    );
     return { cookie, expiresAt, actor: principalOf(row) };
   }
 
