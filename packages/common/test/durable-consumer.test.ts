@@ -111,6 +111,39 @@ describe('durable consumer', () => {
     }
   });
 
+  it('handles each message once and in order when handling them all takes many times the ack wait', async () => {
+    const s = scene();
+    // 30 messages at 150 ms each: 4.5 s in all, against an ack wait of 1 s. The ones received and waiting their turn
+    // must not run out of time and come again (handled twice, out of order, their deliveries counted up).
+    const consumer = startDurableConsumer(
+      s.options({
+        async handle(body) {
+          s.seen.push(body.id);
+          await new Promise((r) => setTimeout(r, 150));
+          s.applied.push(body.id);
+          return 'ack';
+        },
+      }),
+    );
+    try {
+      await consumer.ready;
+      const ids = Array.from({ length: 30 }, (_, i) => `m${i}`);
+      for (const id of ids) await s.send({ id });
+      await until(
+        () => s.applied.length,
+        (n) => n >= ids.length,
+        60_000,
+      );
+      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait: anything unsettled would come again
+      expect(s.seen).toEqual(ids);
+      const info = await s.info();
+      expect(info.num_redelivered).toBe(0);
+      expect(info.num_ack_pending).toBe(0);
+    } finally {
+      await consumer.stop();
+    }
+  });
+
   it('terminates a malformed message and one its handler judges bad: neither is delivered again', async () => {
     const s = scene();
     const consumer = startDurableConsumer(s.options());
@@ -224,6 +257,54 @@ describe('durable consumer', () => {
       );
       await new Promise((r) => setTimeout(r, 1500));
       expect(s.applied).toEqual(['in-hand', 'after-stop']);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('stop() begins none of the messages received and waiting: the next consumer has them, each handled once', async () => {
+    const s = scene();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => {
+      entered = r;
+    });
+    const first = startDurableConsumer(
+      s.options({
+        async handle(body) {
+          s.seen.push(body.id);
+          entered();
+          await gate;
+          s.applied.push(body.id);
+          return 'ack';
+        },
+      }),
+    );
+    await first.ready;
+    for (const id of ['in-hand', 'queued-1', 'queued-2']) await s.send({ id });
+    await inHandler;
+    // All three delivered to the first consumer (one in hand, two waiting their turn).
+    await until(
+      async () => (await s.info()).num_ack_pending,
+      (n) => n === 3,
+    );
+    setTimeout(release, 300);
+    await first.stop();
+    expect(s.applied).toEqual(['in-hand']);
+
+    const second = startDurableConsumer(s.options());
+    try {
+      await second.ready;
+      await until(
+        () => s.applied.length,
+        (n) => n >= 3,
+        30_000,
+      );
+      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait: anything unsettled would come again
+      expect(s.applied).toEqual(['in-hand', 'queued-1', 'queued-2']);
     } finally {
       await second.stop();
     }

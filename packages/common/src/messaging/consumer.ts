@@ -178,17 +178,9 @@ export function startDurableConsumer<T>(opts: DurableConsumerOptions<T>): Durabl
     if (abort.signal.aborted) await messages.close();
     markReady();
     void watch(messages).catch(() => {});
-    const limit = opts.concurrency ?? 1;
-    const inFlight = new Set<Promise<void>>();
-    for await (const msg of messages) {
+    await handleInTurn(opts, messages, abort.signal, () => {
       trouble = null;
-      const p: Promise<void> = settle(opts, msg)
-        .catch((err) => opts.logger.warn({ err: (err as Error).message }, `${opts.what} handling failed`))
-        .finally(() => inFlight.delete(p));
-      inFlight.add(p);
-      if (inFlight.size >= limit) await Promise.race(inFlight);
-    }
-    await Promise.all(inFlight);
+    });
   })().then(
     () => {
       if (!abort.signal.aborted) fail(`${opts.name} stopped receiving messages`);
@@ -272,6 +264,78 @@ export function consumerPendingGauge(
  * in the publisher's trace when the message carries one, else in a trace of its own, so that every line logged for
  * the message (the handler's, a malformed message's, a retry's) names a trace.
  */
+/**
+ * Hands the messages received to the handler, `concurrency` at a time, in the order they came. The client receives
+ * ahead of the handler (it pulls again as messages arrive, up to the server's bound of unacknowledged ones), and each
+ * message's ack wait runs from its delivery: those waiting their turn are told the server they are being worked on
+ * (`working()`, which restarts their ack wait) every third of it, so that a handler slower than the ack wait over the
+ * messages queued does not have them delivered again, out of order, each delivery counted towards `maxDeliver`. A stop
+ * begins no more (those waiting come again, after their ack wait, to the next consumer) and waits for those in hand.
+ */
+async function handleInTurn<T>(
+  opts: DurableConsumerOptions<T>,
+  messages: ConsumerMessages,
+  stopping: AbortSignal,
+  onMessage: () => void,
+): Promise<void> {
+  const limit = opts.concurrency ?? 1;
+  const waiting: JsMsg[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let received = true;
+  let wake: (() => void) | undefined;
+  const nudge = () => {
+    wake?.();
+    wake = undefined;
+  };
+  const keepAlive = setInterval(
+    () => {
+      for (const msg of waiting) msg.working();
+    },
+    Math.max(100, Math.floor((opts.ackWaitMs ?? 30_000) / 3)),
+  );
+  keepAlive.unref();
+  const receiving = (async () => {
+    try {
+      for await (const msg of messages) {
+        onMessage();
+        waiting.push(msg);
+        nudge();
+      }
+    } finally {
+      received = false;
+      nudge();
+    }
+  })();
+  // Its failure is thrown once the messages in hand are settled (awaited below), not left unhandled meanwhile.
+  receiving.catch(() => {});
+  stopping.addEventListener('abort', nudge, { once: true });
+  try {
+    for (;;) {
+      // Stopping: nothing more begins. Those received and not begun are left unsettled: they come again to the next
+      // consumer once their ack wait runs out (given back with nak while this consumer's pull may still be open on
+      // the server, they can be handed to that pull again and lost with it until then all the same).
+      while (!stopping.aborted && waiting.length > 0 && inFlight.size < limit) {
+        const p: Promise<void> = settle(opts, waiting.shift()!)
+          .catch((err) => opts.logger.warn({ err: (err as Error).message }, `${opts.what} handling failed`))
+          .finally(() => {
+            inFlight.delete(p);
+            nudge();
+          });
+        inFlight.add(p);
+      }
+      if (!received && (waiting.length === 0 || stopping.aborted)) break;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+    }
+    await Promise.all(inFlight);
+    await receiving;
+  } finally {
+    clearInterval(keepAlive);
+    stopping.removeEventListener('abort', nudge);
+  }
+}
+
 function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
   return inSpanOf(
     messageTraceContext(msg.headers),
