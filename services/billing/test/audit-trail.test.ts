@@ -235,6 +235,48 @@ describe('the audit trail of money going out', () => {
     expect(events).toEqual([{ action: 'withdrawal', outcome: 'refused' }]);
   });
 
+  it('keeps no field of a body its schema refused, and records any refused path as text it can store', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+    // A body the schema refuses (an amount of 900,000 characters): its text is nobody's to keep, for 400 days.
+    const huge = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${w.id}/withdraw`,
+      headers: { ...renter.headers, 'x-request-id': 'req-huge-amount' },
+      payload: { amount: '9'.repeat(900_000) },
+    });
+    expect(huge.statusCode).toBe(400);
+    // A path no wallet has, with a NUL (PostgreSQL stores none), and a long one.
+    const odd = await h.app.inject({
+      method: 'POST',
+      url: '/api/v1/wallet/a%00b/withdraw',
+      headers: { ...renter.headers, 'x-request-id': 'req-odd-path' },
+      payload: { amount: '1' },
+    });
+    expect(odd.statusCode).toBe(400);
+    const long = await h.app.inject({
+      method: 'POST',
+      url: `/api/v1/wallet/${'w'.repeat(1500)}/withdraw`,
+      headers: { ...renter.headers, 'x-request-id': 'req-long-path' },
+      payload: { amount: '1' },
+    });
+    expect(long.statusCode).toBe(400);
+
+    const events = await eventually(`action=withdrawal&actor_id=${renter.id}`, 3);
+    const byRequest = Object.fromEntries(
+      (events as { request_id: string; target: string; details: Record<string, unknown> }[]).map((e) => [
+        e.request_id,
+        e,
+      ]),
+    );
+    expect(byRequest['req-huge-amount']).toMatchObject({ outcome: 'refused', target: `wallet:${w.id}` });
+    expect(byRequest['req-huge-amount']!.details).toEqual({ status_code: 400, status: 400, code: 'VALIDATION_ERROR' });
+    expect(byRequest['req-odd-path']).toMatchObject({ outcome: 'refused', details: { status_code: 400 } });
+    expect(byRequest['req-odd-path']!.target).toBe('wallet:a\ufffdb');
+    expect(byRequest['req-long-path']).toMatchObject({ outcome: 'refused', details: { status_code: 400 } });
+    expect(byRequest['req-long-path']!.target.length).toBeLessThanOrEqual(513);
+  });
+
   it('is refused any update or deletion by the database itself', async () => {
     for (const statement of [sql`UPDATE audit_events SET action = 'nothing'`, sql`DELETE FROM audit_events`]) {
       await expect(statement.execute(h.db)).rejects.toMatchObject({ code: '42501' });

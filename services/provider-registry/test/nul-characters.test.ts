@@ -1,4 +1,7 @@
-/** Text PostgreSQL cannot store (U+0000) is a 400 naming the field, never a 500, and nothing is written. */
+/**
+ * Text PostgreSQL cannot store (U+0000 anywhere, an unpaired surrogate in jsonb) is a 400 naming the field, never a
+ * 500, and nothing is written.
+ */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, providerBody, register, startHarness } from './helpers.ts';
 
@@ -65,5 +68,28 @@ describe('NUL characters', () => {
     const filter = await h.app.inject({ url: '/providers?gpu_model=%00' });
     expect(filter.statusCode).toBe(400);
     expect(filter.json().errors[0].path).toBe('querystring.gpu_model');
+  });
+
+  it('refuses an unpaired surrogate in a JSON body, in a value or a key, and stores nothing', async () => {
+    const { id, owner_id, name } = await register(h.app);
+    // As a client's JSON spells it: an escape no UTF-8 text holds (jsonb answers 22P02 for it).
+    for (const [metadata, path] of [
+      ['{"note":"a\\ud800b"}', 'body.metadata.note'],
+      ['{"\\udc00key":"fine"}', 'body.metadata.\ufffdkey'],
+    ] as const) {
+      const res = await h.app.inject({
+        method: 'PUT',
+        url: `/providers/${id}`,
+        payload: JSON.stringify(providerBody({ owner_id, name })).replace(/}$/, `,"metadata":${metadata}}`),
+        headers: { 'content-type': 'application/json' },
+      });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json()).toMatchObject({
+        code: 'VALIDATION_ERROR',
+        errors: [{ path, message: 'must be well-formed Unicode (no unpaired surrogate)' }],
+      });
+    }
+    const stored = (await h.app.inject({ url: `/providers/${id}` })).json();
+    expect(stored.metadata).not.toHaveProperty('note');
   });
 });

@@ -5,8 +5,9 @@
  *
  * and every answer of it, allowed or refused, is appended to the service's `audit_events` (db/audit-trail.ts) once
  * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in
- * which request, what (the route's first path parameter as the target, the body fields named, the answer's `id`,
- * `status` or problem `code`) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check
+ * which request, what (the route's first path parameter as the target, the body fields named of a body its schema
+ * accepted, the answer's `id`, `status` or problem `code`; all as text PostgreSQL stores, none longer than 512
+ * characters) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check
  * refused before the handler is recorded too. The service's close waits for the appends under way (`auditAppended`)
  * before its database closes.
  * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
@@ -40,18 +41,39 @@ function outcomeOf(status: number): AuditOutcome {
   return status >= 400 ? 'refused' : 'succeeded';
 }
 
+/** The most characters of one text the trail keeps (the request's own limits are lower for every field it names). */
+const MAX_TEXT = 512;
+
+/**
+ * Text as the trail can keep it, whatever the request held: no NUL (PostgreSQL stores none), no lone surrogate (jsonb
+ * refuses one), at most `MAX_TEXT` characters. A refused request's path is not checked before it is recorded.
+ */
+function storable(text: string): string {
+  const clean = text.replaceAll('\u0000', '\ufffd').toWellFormed();
+  return clean.length > MAX_TEXT ? `${clean.slice(0, MAX_TEXT)}…` : clean;
+}
+
 /** `walletID: 5b…` → `wallet:5b…`: the first path parameter names what was acted on. */
 function targetOf(params: unknown): string | null {
   const [entry] = Object.entries((params ?? {}) as Record<string, unknown>);
   if (!entry) return null;
   const [name, value] = entry;
-  return `${name.replace(/I[Dd]$|_id$/, '').toLowerCase()}:${String(value)}`;
+  return storable(`${name.replace(/I[Dd]$|_id$/, '').toLowerCase()}:${String(value)}`);
 }
 
+/**
+ * The body fields the route names, of a body its schema accepted (a request refused before its handler keeps none:
+ * what it sent was not checked); text kept storable, anything else as JSON no longer than `MAX_TEXT`.
+ */
 function picked(body: unknown, fields: readonly string[] | undefined): Record<string, unknown> {
   if (!fields || !body || typeof body !== 'object') return {};
   const b = body as Record<string, unknown>;
-  return Object.fromEntries(fields.filter((f) => b[f] !== undefined).map((f) => [f, b[f]]));
+  const keep = (v: unknown): unknown => {
+    if (typeof v === 'string') return storable(v);
+    const json = JSON.stringify(v);
+    return json === undefined || json.length <= MAX_TEXT ? v : storable(json);
+  };
+  return Object.fromEntries(fields.filter((f) => b[f] !== undefined).map((f) => [f, keep(b[f])]));
 }
 
 /** The answer's fields the trail keeps, from a JSON body (nothing from another). */
@@ -72,6 +94,12 @@ export const auditHook = fp(
     app.decorate('auditAppended', async () => {
       await Promise.all(pending);
     });
+    // The named body fields, once the route's schema accepted the body (preHandler runs after validation).
+    const fieldsOf = new WeakMap<FastifyRequest, Record<string, unknown>>();
+    app.addHook('preHandler', async (request: FastifyRequest) => {
+      const audit = request.routeOptions.config?.audit;
+      if (audit) fieldsOf.set(request, picked(request.body, audit.body));
+    });
     const append = (request: FastifyRequest, statusCode: number, answer: Record<string, unknown>) => {
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
@@ -85,7 +113,7 @@ export const auditHook = fp(
         details: {
           status_code: statusCode,
           ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
-          ...picked(request.body, audit.body),
+          ...fieldsOf.get(request),
           ...answer,
         },
         requestId: String(request.id),

@@ -1,7 +1,8 @@
 /**
- * No NUL characters in request text. PostgreSQL cannot store U+0000 in `text` or `jsonb` (it answers "invalid byte
- * sequence" or "unsupported Unicode escape sequence"), so a JSON body or query string carrying one would otherwise
- * fail deep inside a repository as a 500. This hook refuses it first, for every route of every service, with the
+ * No NUL characters, and no unpaired surrogates, in request text. PostgreSQL cannot store U+0000 in `text` or `jsonb`
+ * (it answers "invalid byte sequence" or "unsupported Unicode escape sequence"), nor a lone surrogate in `jsonb` (a
+ * JSON body's `"\ud800"`: "invalid input syntax"), so a JSON body or query string carrying one would otherwise fail
+ * deep inside a repository as a 500. This hook refuses it first, for every route of every service, with the
  * platform's 400 naming the field. It runs after authentication (onRequest) and body parsing, before the route's
  * schema validation; raw bodies (storage uploads) are not parsed and so not looked at. The OpenAPI documents say so
  * (`stateNulFree`, applied by `finishDocument` to every JSON body and query parameter).
@@ -74,21 +75,33 @@ export function stateNulFree(
   }
 }
 
-/** The path (`body.gpus.0.name`) of the first string holding U+0000, or undefined. */
-function nulPath(value: unknown, path: string, depth = 0): string | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
+/** What is wrong with a text PostgreSQL cannot store, or undefined when it can. */
+function unstorable(text: string): string | undefined {
+  if (text.includes('\u0000')) return 'must not contain NUL (U+0000) characters';
+  // A lone surrogate (JSON's "\ud800" unpaired): jsonb refuses it, and it is no character of any text.
+  if (!text.isWellFormed()) return 'must be well-formed Unicode (no unpaired surrogate)';
+  return undefined;
+}
+
+/** The path (`body.gpus.0.name`) of the first string or key PostgreSQL cannot store, and why; or undefined. */
+function unstorablePath(value: unknown, path: string, depth = 0): { path: string; why: string } | undefined {
+  if (typeof value === 'string') {
+    const why = unstorable(value);
+    return why ? { path, why } : undefined;
+  }
   // Deeper than any schema the platform accepts: schema validation refuses such a body anyway.
   if (value === null || typeof value !== 'object' || depth > 32) return undefined;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const found = nulPath(value[i], `${path}.${i}`, depth + 1);
+      const found = unstorablePath(value[i], `${path}.${i}`, depth + 1);
       if (found) return found;
     }
     return undefined;
   }
   if (Buffer.isBuffer(value)) return undefined;
   for (const [key, v] of Object.entries(value)) {
-    const found = key.includes('\u0000') ? `${path}.${key}` : nulPath(v, `${path}.${key}`, depth + 1);
+    const why = unstorable(key);
+    const found = why ? { path: `${path}.${key.toWellFormed()}`, why } : unstorablePath(v, `${path}.${key}`, depth + 1);
     if (found) return found;
   }
   return undefined;
@@ -97,11 +110,9 @@ function nulPath(value: unknown, path: string, depth = 0): string | undefined {
 export const refuseNulCharacters = fp(
   async (app: FastifyInstance) => {
     app.addHook('preValidation', async (request) => {
-      const path = nulPath(request.body, 'body') ?? nulPath(request.query, 'querystring');
-      if (path) {
-        throw errors.validation('text must not contain NUL (U+0000) characters', [
-          { path, message: 'must not contain NUL (U+0000) characters' },
-        ]);
+      const found = unstorablePath(request.body, 'body') ?? unstorablePath(request.query, 'querystring');
+      if (found) {
+        throw errors.validation(`text ${found.why}`, [{ path: found.path, message: found.why }]);
       }
     });
   },
