@@ -60,7 +60,12 @@ export interface KeysetPosition {
   id: string;
 }
 
-/** A position's time: RFC 3339 within the platform's range (a year-0 or free-form date would reach SQL as a 500). */
+/**
+ * A position's time: exactly as `cursorAt` prints it (microseconds, UTC), and a date within the platform's range. Any
+ * other RFC 3339 form is no cursor of ours, and some reach SQL as a 500 (a year 0, or an offset past PostgreSQL's
+ * ±15:59 such as `+20:00`).
+ */
+const POSITION_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/;
 const positionTime = zTimestamp();
 
 /**
@@ -90,7 +95,7 @@ export function cursorPosition(text: string): KeysetPosition | undefined {
   if (!values) return undefined;
   const [at, id] = values;
   if (typeof at !== 'string' || typeof id !== 'string') return undefined;
-  if (!isUuid(id) || !positionTime.safeParse(at).success) return undefined;
+  if (!isUuid(id) || !POSITION_TIME.test(at) || !positionTime.safeParse(at).success) return undefined;
   return { at, id };
 }
 

@@ -14,8 +14,10 @@ describe('keyset positions in cursors', () => {
     ['a time past 2099', ['9999-12-31T00:00:00Z', id]],
     ['a free-form date', ['Tue 2020', id]],
     ['February 30', ['2026-02-30T00:00:00.000000Z', id]],
-    ['an ID of 36 dashes', ['2026-11-23T10:00:00Z', '-'.repeat(36)]],
-    ['an ID that is not a UUID', ['2026-11-23T10:00:00Z', 'not-a-uuid']],
+    ['an offset past what PostgreSQL reads (+20:00: a 500 there)', ['2026-01-01T00:00:00.000000+20:00', id]],
+    ['a time in another form than the service writes', ['2026-11-23T10:00:00Z', id]],
+    ['an ID of 36 dashes', ['2026-11-23T10:00:00.000000Z', '-'.repeat(36)]],
+    ['an ID that is not a UUID', ['2026-11-23T10:00:00.000000Z', 'not-a-uuid']],
   ])('refuses a forged cursor with %s (400 INVALID_CURSOR, never SQL)', (_, values) => {
     const text = encodeCursor(values);
     expect(cursorPosition(text)).toBeUndefined();

@@ -54,6 +54,20 @@ describe('RateLimiter (PostgreSQL)', () => {
     await limiter.consume(rule, 'other', k);
   });
 
+  it('takes a window of 30 days (past 2^31 ms): refuses with a Retry-After of as many seconds, never a 500', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 1, windowMs: 30 * 86_400_000 };
+    const k = key();
+    await limiter.consume(rule, 'month', k);
+    for (const refused of [limiter.consume(rule, 'month', k), limiter.check(rule, 'month', k)]) {
+      const err = await refusal(refused);
+      expect(err?.code).toBe('RATE_LIMITED');
+      const retryAfter = Number(err?.headers?.['retry-after']);
+      expect(retryAfter).toBeGreaterThan(30 * 86_400 - 60);
+      expect(retryAfter).toBeLessThanOrEqual(30 * 86_400);
+    }
+  });
+
   it('check refuses a used-up window without counting; hit counts without refusing', async () => {
     const limiter = new RateLimiter(db);
     const rule = { max: 2, windowMs: 60_000 };

@@ -87,7 +87,7 @@ export class RateLimiter {
   async check(rule: RateRule, name: string, key: string, on: RateLimitExecutor = this.db): Promise<void> {
     if (!this.enabled) return;
     const { rows } = await sql<WindowRow>`
-      SELECT count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::int AS retry_ms
+      SELECT count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::float8 AS retry_ms
       FROM rate_limits
       WHERE name = ${name} AND key = ${key} AND reset_at > statement_timestamp()`.execute(on);
     const w = rows[0];
@@ -126,7 +126,9 @@ export class RateLimiter {
       ON CONFLICT (name, key) DO UPDATE SET
         count = CASE WHEN r.reset_at <= statement_timestamp() THEN 1 ELSE least(r.count + 1, ${rule.max + 1}::int) END,
         reset_at = CASE WHEN r.reset_at <= statement_timestamp() THEN excluded.reset_at ELSE r.reset_at END
-      RETURNING count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::int AS retry_ms`.execute(on);
+      RETURNING count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::float8 AS retry_ms`.execute(
+      on,
+    );
     if (++this.countsSincePurge >= this.purgeEvery) {
       this.countsSincePurge = 0;
       this.purgeExpired().catch(this.onPurgeError);
