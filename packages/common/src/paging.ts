@@ -61,11 +61,11 @@ export interface KeysetPosition {
 }
 
 /**
- * A position's time: exactly as `cursorAt` prints it (microseconds, UTC), and a date within the platform's range. Any
- * other RFC 3339 form is no cursor of ours, and some reach SQL as a 500 (a year 0, or an offset past PostgreSQL's
- * ±15:59 such as `+20:00`).
+ * A position's time: in UTC (`Z`) as the services write it (`cursorAt`'s microseconds; storage's uploads, JavaScript's
+ * milliseconds), and a date within the platform's range. A time with an offset is no cursor of ours, and some reach SQL
+ * as a 500 (an offset past PostgreSQL's ±15:59 such as `+20:00`), as would a year 0.
  */
-const POSITION_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/;
+const POSITION_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z$/;
 const positionTime = zTimestamp();
 
 /**

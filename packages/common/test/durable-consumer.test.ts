@@ -80,9 +80,31 @@ function scene() {
     logger,
     ...extra,
   });
+  /** Options whose handler holds each message until `release()`; `inHandler` settles once one is being handled. */
+  const gated = (extra: Partial<DurableConsumerOptions<Body>> = {}) => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => {
+      entered = r;
+    });
+    const held = options({
+      ...extra,
+      async handle(body) {
+        seen.push(body.id);
+        entered();
+        await gate;
+        applied.push(body.id);
+        return 'ack';
+      },
+    });
+    return { options: held, release: () => release(), inHandler };
+  };
   const send = (data: unknown) => publisher.publish(`${subject}.x`, data);
   const info = async () => (await jetstreamManager(publisher.connection)).consumers.info(stream, 'test-durable');
-  return { stream, subject, seen, applied, malformed: () => malformed, options, send, info };
+  return { stream, subject, seen, applied, malformed: () => malformed, options, gated, send, info };
 }
 
 describe('durable consumer', () => {
@@ -113,13 +135,14 @@ describe('durable consumer', () => {
 
   it('handles each message once and in order when handling them all takes many times the ack wait', async () => {
     const s = scene();
-    // 30 messages at 150 ms each: 4.5 s in all, against an ack wait of 1 s. The ones received and waiting their turn
+    // 20 messages at 500 ms each: 10 s in all, against an ack wait of 3 s. The ones received and waiting their turn
     // must not run out of time and come again (handled twice, out of order, their deliveries counted up).
     const consumer = startDurableConsumer(
       s.options({
+        ackWaitMs: 3000,
         async handle(body) {
           s.seen.push(body.id);
-          await new Promise((r) => setTimeout(r, 150));
+          await new Promise((r) => setTimeout(r, 500));
           s.applied.push(body.id);
           return 'ack';
         },
@@ -127,20 +150,45 @@ describe('durable consumer', () => {
     );
     try {
       await consumer.ready;
-      const ids = Array.from({ length: 30 }, (_, i) => `m${i}`);
+      const ids = Array.from({ length: 20 }, (_, i) => `m${i}`);
       for (const id of ids) await s.send({ id });
       await until(
         () => s.applied.length,
         (n) => n >= ids.length,
         60_000,
       );
-      await new Promise((r) => setTimeout(r, 1500)); // past the ack wait: anything unsettled would come again
+      await new Promise((r) => setTimeout(r, 3500)); // past the ack wait: anything unsettled would come again
       expect(s.seen).toEqual(ids);
       const info = await s.info();
       expect(info.num_redelivered).toBe(0);
       expect(info.num_ack_pending).toBe(0);
     } finally {
       await consumer.stop();
+    }
+  });
+
+  it('lets the messages waiting behind a handler stuck past the ack wait go to another instance', async () => {
+    const s = scene();
+    const { options: held, release, inHandler } = s.gated();
+    const stuck = startDurableConsumer(held);
+    const other = startDurableConsumer(s.options());
+    try {
+      await stuck.ready;
+      await s.send({ id: 'stuck' });
+      await inHandler;
+      await other.ready;
+      await s.send({ id: 'behind' });
+      // The stuck instance holds 'stuck' in hand, and may have received 'behind': kept alive only while it makes
+      // progress, it runs out after its ack wait (1 s) and the other instance applies it.
+      expect(
+        await until(
+          () => s.applied.includes('behind'),
+          (done) => done,
+        ),
+      ).toBe(true);
+    } finally {
+      release();
+      await Promise.all([stuck.stop(), other.stop()]);
     }
   });
 
@@ -212,25 +260,8 @@ describe('durable consumer', () => {
 
   it('stop() finishes and acknowledges the message in hand; what comes after waits for the next consumer', async () => {
     const s = scene();
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    let entered!: () => void;
-    const inHandler = new Promise<void>((r) => {
-      entered = r;
-    });
     // Several in hand at once (as billing's usage consumer runs): stop() must wait for those still being handled.
-    const slow = s.options({
-      concurrency: 4,
-      async handle(body) {
-        s.seen.push(body.id);
-        entered();
-        await gate;
-        s.applied.push(body.id);
-        return 'ack';
-      },
-    });
+    const { options: slow, release, inHandler } = s.gated({ concurrency: 4 });
     const first = startDurableConsumer(slow);
     await first.ready;
     await s.send({ id: 'in-hand' });
@@ -264,33 +295,18 @@ describe('durable consumer', () => {
 
   it('stop() begins none of the messages received and waiting: the next consumer has them, each handled once', async () => {
     const s = scene();
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    let entered!: () => void;
-    const inHandler = new Promise<void>((r) => {
-      entered = r;
-    });
-    const first = startDurableConsumer(
-      s.options({
-        async handle(body) {
-          s.seen.push(body.id);
-          entered();
-          await gate;
-          s.applied.push(body.id);
-          return 'ack';
-        },
-      }),
-    );
+    const { options: held, release, inHandler } = s.gated();
+    const first = startDurableConsumer(held);
     await first.ready;
     for (const id of ['in-hand', 'queued-1', 'queued-2']) await s.send({ id });
     await inHandler;
     // All three delivered to the first consumer (one in hand, two waiting their turn).
-    await until(
-      async () => (await s.info()).num_ack_pending,
-      (n) => n === 3,
-    );
+    expect(
+      await until(
+        async () => (await s.info()).num_ack_pending,
+        (n) => n === 3,
+      ),
+    ).toBe(3);
     setTimeout(release, 300);
     await first.stop();
     expect(s.applied).toEqual(['in-hand']);

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Principal } from '@gpu/common';
+import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { MAX_GRANTS_PER_SESSION, makePortLink, PortGrants } from '../src/domain/reach/index.ts';
 import { useBillingHarness } from './support/setup.ts';
@@ -65,5 +66,24 @@ describe("a session's port links and browsers", () => {
     expect(await grantsOf(session)).toBe(MAX_GRANTS_PER_SESSION);
     // Another session's link is not one of them.
     expect(await grantsOf(other)).toBe(1);
+  });
+
+  it('forgets expired ones first: links long expired, however many and however new, sign no browser out', async () => {
+    const actor = renter();
+    const session = randomUUID();
+    const grants = new PortGrants(h.ctx, null, '8h');
+    const host = { sessionId: session, port: PORT };
+    const browser = await grants.redeem(
+      ticketOf((await makePortLink(h.ctx, actor, session, PORT, PORTS_URL)).url),
+      host,
+    );
+    // More expired links than the bound, made after the browser signed in (the background purge has not run yet).
+    await sql`INSERT INTO port_grants (secret_hash, kind, session_id, port, user_id, expires_at, created_at)
+      SELECT sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'ticket', ${session}, ${PORT}, ${actor.subject},
+             now() - interval '1 hour', now() + interval '1 hour'
+      FROM generate_series(1, ${MAX_GRANTS_PER_SESSION + 50})`.execute(h.db);
+    await makePortLink(h.ctx, actor, session, PORT, PORTS_URL);
+    expect((await grants.actorOf([browser.cookie], host)).subject).toBe(actor.subject);
+    expect(await grantsOf(session)).toBe(MAX_GRANTS_PER_SESSION);
   });
 });

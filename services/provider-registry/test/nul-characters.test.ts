@@ -72,6 +72,7 @@ describe('NUL characters', () => {
 
   it('refuses an unpaired surrogate in a JSON body, in a value or a key, and stores nothing', async () => {
     const { id, owner_id, name } = await register(h.app);
+    const before = (await h.app.inject({ url: `/providers/${id}` })).json();
     // As a client's JSON spells it: an escape no UTF-8 text holds (jsonb answers 22P02 for it).
     for (const [metadata, path] of [
       ['{"note":"a\\ud800b"}', 'body.metadata.note'],
@@ -90,6 +91,6 @@ describe('NUL characters', () => {
       });
     }
     const stored = (await h.app.inject({ url: `/providers/${id}` })).json();
-    expect(stored.metadata).not.toHaveProperty('note');
+    expect(stored).toEqual(before);
   });
 });

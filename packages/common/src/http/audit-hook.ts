@@ -49,8 +49,9 @@ const MAX_TEXT = 512;
  * refuses one), at most `MAX_TEXT` characters. A refused request's path is not checked before it is recorded.
  */
 function storable(text: string): string {
-  const clean = text.replaceAll('\u0000', '\ufffd').toWellFormed();
-  return clean.length > MAX_TEXT ? `${clean.slice(0, MAX_TEXT)}…` : clean;
+  // Cut first (a cut may split a surrogate pair), then made well-formed; the ellipsis within the limit.
+  const cut = text.length > MAX_TEXT ? `${text.slice(0, MAX_TEXT - 1)}…` : text;
+  return cut.replaceAll('\u0000', '\ufffd').toWellFormed();
 }
 
 /** `walletID: 5b…` → `wallet:5b…`: the first path parameter names what was acted on. */

@@ -260,17 +260,14 @@ export function consumerPendingGauge(
 }
 
 /**
- * Decodes one message, lets the handler apply it, and settles it by the outcome, all in a consumer span (tracing on):
- * in the publisher's trace when the message carries one, else in a trace of its own, so that every line logged for
- * the message (the handler's, a malformed message's, a retry's) names a trace.
- */
-/**
  * Hands the messages received to the handler, `concurrency` at a time, in the order they came. The client receives
  * ahead of the handler (it pulls again as messages arrive, up to the server's bound of unacknowledged ones), and each
  * message's ack wait runs from its delivery: those waiting their turn are told the server they are being worked on
  * (`working()`, which restarts their ack wait) every third of it, so that a handler slower than the ack wait over the
- * messages queued does not have them delivered again, out of order, each delivery counted towards `maxDeliver`. A stop
- * begins no more (those waiting come again, after their ack wait, to the next consumer) and waits for those in hand.
+ * messages queued does not have them delivered again, out of order, each delivery counted towards `maxDeliver`. Only
+ * while the handler makes progress (a message began or settled within the last ack wait): a handler stuck for longer
+ * lets them run out, for another instance to take. A stop begins no more and keeps none alive (those waiting come
+ * again, after their ack wait, to the next consumer), and waits for those in hand.
  */
 async function handleInTurn<T>(
   opts: DurableConsumerOptions<T>,
@@ -287,11 +284,14 @@ async function handleInTurn<T>(
     wake?.();
     wake = undefined;
   };
+  const ackWaitMs = opts.ackWaitMs ?? 30_000;
+  let progressAt = Date.now();
   const keepAlive = setInterval(
     () => {
+      if (stopping.aborted || Date.now() - progressAt > ackWaitMs) return;
       for (const msg of waiting) msg.working();
     },
-    Math.max(100, Math.floor((opts.ackWaitMs ?? 30_000) / 3)),
+    Math.max(100, Math.floor(ackWaitMs / 3)),
   );
   keepAlive.unref();
   const receiving = (async () => {
@@ -315,9 +315,11 @@ async function handleInTurn<T>(
       // consumer once their ack wait runs out (given back with nak while this consumer's pull may still be open on
       // the server, they can be handed to that pull again and lost with it until then all the same).
       while (!stopping.aborted && waiting.length > 0 && inFlight.size < limit) {
+        progressAt = Date.now();
         const p: Promise<void> = settle(opts, waiting.shift()!)
           .catch((err) => opts.logger.warn({ err: (err as Error).message }, `${opts.what} handling failed`))
           .finally(() => {
+            progressAt = Date.now();
             inFlight.delete(p);
             nudge();
           });
@@ -336,6 +338,11 @@ async function handleInTurn<T>(
   }
 }
 
+/**
+ * Decodes one message, lets the handler apply it, and settles it by the outcome, all in a consumer span (tracing on):
+ * in the publisher's trace when the message carries one, else in a trace of its own, so that every line logged for
+ * the message (the handler's, a malformed message's, a retry's) names a trace.
+ */
 function settle<T>(opts: DurableConsumerOptions<T>, msg: JsMsg): Promise<void> {
   return inSpanOf(
     messageTraceContext(msg.headers),

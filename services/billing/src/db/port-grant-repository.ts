@@ -1,15 +1,14 @@
 /** Browsers' ways into workloads' ports (migration 0031; domain/reach/port-grants.ts): links' tickets and cookies. */
-import type { Insertable, Kysely, Selectable } from 'kysely';
+import { type Insertable, type Kysely, type Selectable, sql } from 'kysely';
 import type { BillingDB } from './schema.ts';
 
 type PortGrantTable = BillingDB['port_grants'];
 export type PortGrantRow = Selectable<PortGrantTable>;
 
-/** Writes a grant. */
 /**
- * Adds a link's ticket or a browser's cookie, then keeps it and the session's newest `keep - 1` other grants and
- * deletes the rest (those made before them: their browsers are signed out). The new one is never among those deleted,
- * whatever others were made in the same millisecond.
+ * Adds a link's ticket or a browser's cookie, then keeps it and the session's newest `keep - 1` other grants that
+ * still hold and deletes the rest: expired ones first, then those made before the ones kept (their browsers are signed
+ * out). The new one is never among those deleted, whatever others were made in the same millisecond.
  */
 export async function insertPortGrant(
   db: Kysely<BillingDB>,
@@ -25,6 +24,7 @@ export async function insertPortGrant(
         .select('secret_hash')
         .where('session_id', '=', row.session_id)
         .where('secret_hash', '!=', row.secret_hash)
+        .orderBy(sql`expires_at > ${row.created_at}`, 'desc')
         .orderBy('created_at', 'desc')
         .offset(keep - 1),
     )

@@ -1,7 +1,7 @@
 /**
- * Billing XLIII: `port_grants_by_session`, a session's links and browser grants newest first: each new one keeps the
- * session's newest `MAX_GRANTS_PER_SESSION` (domain/reach/port-grants.ts) and deletes the rest, reading no more than
- * those through the index.
+ * Billing XLIII: `port_grants_by_session`, a session's links and browser grants: each new one keeps the session's
+ * newest `MAX_GRANTS_PER_SESSION` that hold (domain/reach/port-grants.ts) and deletes the rest, reading the session's
+ * rows alone (never more than about that many: each insert trims them) through the index.
  *
  * Frozen: written against Kysely<any>.
  */
