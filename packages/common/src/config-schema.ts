@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { VERIFIED_EMAIL_ACTIONS, type VerifiedEmailAction } from './auth/verified-email.ts';
-import { durationMs, zDuration } from './duration.ts';
+import { durationMs, zDuration, zDurationAtLeast } from './duration.ts';
 import { MAX_SOCKET_PATH_BYTES } from './http/gateway-socket.ts';
 
 /** A boolean that also accepts "true"/"false"/"1"/"0"/"yes"/"no" from the environment. */
@@ -16,8 +16,26 @@ export const zBool = () =>
     // that carries a description lost the words from the generated JSON Schema).
     .transform((v) => (typeof v === 'boolean' ? v : ['true', '1', 'yes', 'TRUE'].includes(v)));
 
-/** An integer in [min, max] that also accepts its decimal string form. */
-export const zInt = (min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+/**
+ * An integer in [min, max] that also accepts its decimal string form (spaces around it allowed). Nothing else is
+ * taken for one: an empty variable, a YAML null or `true` were 0 or 1 to a coercion (an empty `PORT` listened on any
+ * free port).
+ */
+export const zInt = (min = 0, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .union(
+      [
+        z.number(),
+        z
+          .string()
+          .regex(/^\s*[+-]?\d+\s*$/, 'expected an integer')
+          .transform(Number),
+      ],
+      {
+        error: 'expected an integer',
+      },
+    )
+    .pipe(z.number().int().min(min).max(max));
 
 /** A list of strings: a YAML list, or a comma-separated string from the environment. */
 export const zList = () =>
@@ -151,8 +169,9 @@ export function baseConfigShape(defaultPort: number) {
     instance_id: z.string().default(''),
     log_level: z.enum(logLevels).default('info'),
     log_pretty: zBool().default(false),
-    request_timeout: zDuration().default('30s'),
-    shutdown_timeout: zDuration().default('10s'),
+    // Zero would turn the request timeout off, and have a shutdown give up at once (exit 1, nothing drained).
+    request_timeout: zDurationAtLeast('100ms').default('30s'),
+    shutdown_timeout: zDurationAtLeast('1s').default('10s'),
     server: z
       .object({
         host: z.string().default('0.0.0.0'),

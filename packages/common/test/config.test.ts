@@ -122,6 +122,32 @@ describe('loadConfig', () => {
     expect(message).toContain(`file ${file}`);
   });
 
+  it('refuses a number or duration that would quietly mean something else', () => {
+    const refused = (env: Record<string, string>, file?: string) =>
+      configError(() => loadConfig({ schema, envPrefix: 'SVC', env, file }));
+    // An empty or blank number is no number (it was port 0: any free port; a size of 0), and neither are a boolean,
+    // a null or a fraction written in a file.
+    expect(refused({ SVC__SERVER__PORT: '' })).toContain('environment variable SVC__SERVER__PORT');
+    expect(refused({ SVC__OBJECT_STORE__MAX_UPLOAD_SIZE: ' ' })).toContain('object_store.maxUploadSize');
+    expect(refused({ SVC__OBJECT_STORE__MAX_UPLOAD_SIZE: '0x10' })).toContain('object_store.maxUploadSize');
+    for (const [i, text] of ['server:\n  port:\n', 'server:\n  port: true\n', 'server:\n  port: 80.5\n'].entries()) {
+      const file = path.join(dir, `number-${i}.yaml`);
+      writeFileSync(file, text);
+      expect(refused({}, file)).toContain('server.port');
+    }
+    // A zero request timeout turned the timeout off; a zero shutdown timeout exited at once, as a failure.
+    expect(refused({ SVC__REQUEST_TIMEOUT: '0s' })).toContain('request_timeout');
+    expect(refused({ SVC__SHUTDOWN_TIMEOUT: '0s' })).toContain('shutdown_timeout');
+    // Written plainly, they still load.
+    const config = loadConfig({
+      schema,
+      envPrefix: 'SVC',
+      env: { SVC__SERVER__PORT: ' 7200 ', SVC__REQUEST_TIMEOUT: '100ms', SVC__SHUTDOWN_TIMEOUT: '1s' },
+    });
+    expect(config.server.port).toBe(7200);
+    expect(config.request_timeout).toBe('100ms');
+  });
+
   it('refuses a file that is not a mapping, or not YAML', () => {
     const list = path.join(dir, 'list.yaml');
     writeFileSync(list, '- a\n- b\n');

@@ -1,4 +1,5 @@
 import { connect } from 'node:net';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type App, baseConfigSchema, createApp, createLogger } from '../src/index.ts';
 import { type Caller, captureLogs, startTestIssuer, type TestIssuer } from '../src/testing/index.ts';
@@ -8,6 +9,15 @@ let app: App;
 let port: number;
 let issuer: TestIssuer;
 let caller: Caller;
+/** A promise and what settles it: the held routes answer once the test resolves it. */
+function gate() {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+let held = gate();
 
 interface RawResponse {
   status: number;
@@ -44,6 +54,17 @@ beforeAll(async () => {
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
   app = await createApp({ service: 'test-service', description: 'test', config, logger });
   app.get('/x/:name', async (request) => request.params);
+  // Answered when the test says: one answers at once, the other starts its body and ends it then.
+  app.get('/held', async () => {
+    await held.promise;
+    return { answered: 'held' };
+  });
+  app.get('/streamed', (_request, reply) => {
+    const body = new PassThrough();
+    body.write('first part;');
+    void held.promise.then(() => body.end('last part'));
+    return reply.type('text/plain').send(body);
+  });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   port = typeof address === 'object' && address ? address.port : 0;
@@ -86,6 +107,39 @@ describe('errors before a route runs', () => {
     expect(res.headers['content-type']).toContain('application/problem+json');
     expect(res.headers.connection).toBe('close');
     expect(JSON.parse(res.body)).toMatchObject({ status: 400, code: 'MALFORMED_REQUEST' });
+  });
+
+  it('answers a malformed request pipelined behind another only after that one is answered whole', async () => {
+    for (const path of ['/held', '/streamed']) {
+      held = gate();
+      const errorsBefore = logs.lines().filter((l) => l.code === 'MALFORMED_REQUEST').length;
+      const socket = connect(port, '127.0.0.1');
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${caller.headers.authorization}\r\n\r\n` +
+          'GET /health HTTP/1.1\r\nHost: localhost\r\nthis is not a header\r\n\r\n',
+      );
+      // The second request is refused (logged) while the first is still being answered.
+      await expect
+        .poll(() => logs.lines().filter((l) => l.code === 'MALFORMED_REQUEST').length, { timeout: 30_000 })
+        .toBe(errorsBefore + 1);
+      held.resolve();
+      await closed;
+      const text = Buffer.concat(chunks).toString('utf8');
+      // The first answer is whole and first; the problem follows it, and the connection closes.
+      expect(text.startsWith('HTTP/1.1 200 OK\r\n'), `${path}: ${text}`).toBe(true);
+      // (The streamed one chunked: its last part and the closing chunk.)
+      expect(text, path).toContain(
+        path === '/held' ? '{"answered":"held"}HTTP/1.1 400' : 'first part;\r\n9\r\nlast part\r\n0\r\n\r\nHTTP/1.1 400',
+      );
+      const second = text.indexOf('HTTP/1.1 400 Bad Request\r\n');
+      expect(second, `${path}: ${text}`).toBeGreaterThan(0);
+      expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n', second) + 4))).toMatchObject({
+        code: 'MALFORMED_REQUEST',
+      });
+    }
   });
 
   it('keeps serving afterwards', async () => {

@@ -235,6 +235,36 @@ describe('the audit trail of money going out', () => {
     expect(events).toEqual([{ action: 'withdrawal', outcome: 'refused' }]);
   });
 
+  it('records what a request answered 503 REQUEST_TIMEOUT did after all, once its handler is done', async () => {
+    const slow = await setupBilling({ config: { request_timeout: '1s' } });
+    try {
+      const machine = crypto.randomUUID();
+      const wallet = await slow.fundedWallet('0', 'provider', undefined, { ownerId: machine });
+      await slow.db.transaction().execute(async (trx) => {
+        // The wallet's row held: the change waits for it past the request's time limit.
+        await sql`SELECT 1 FROM wallets WHERE id = ${wallet.id} FOR UPDATE`.execute(trx);
+        const answer = await slow.app.inject({
+          method: 'PUT',
+          url: `/api/v1/provider/${machine}/payout-settings`,
+          headers: { 'x-request-id': 'req-timed-out' },
+          payload: { auto_payout: false },
+        });
+        expect(answer.statusCode, answer.body).toBe(503);
+        expect(answer.json().code).toBe('REQUEST_TIMEOUT');
+        await lockWaiters(slow.db, 1);
+      });
+      // Let go, the change is made: the trail says so beside the answer the caller had.
+      const events = await eventually(`action=payout_settings_changed&target=provider:${machine}`, 2, slow);
+      expect(events).toMatchObject([
+        { outcome: 'failed', request_id: 'req-timed-out', details: { status_code: 503, code: 'REQUEST_TIMEOUT' } },
+        { outcome: 'succeeded', request_id: 'req-timed-out', details: { after_timeout: true, auto_payout: false } },
+      ]);
+      expect(events).toHaveLength(2);
+    } finally {
+      await slow.close();
+    }
+  });
+
   it('keeps no field of a body its schema refused, and records any refused path as text it can store', async () => {
     const renter = await h.issuer.user(['renter']);
     const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });

@@ -89,7 +89,7 @@ export const daemonConfigSchema = z
      * An answer proves a registry listens (none: the daemon goes over HTTP), so keep a request within the registry's
      * offline bound: 2 (every other heartbeat) with its default 3 intervals; 1 asks every time.
      */
-    heartbeat_answer_every: z.number().int().min(1).max(100).default(2),
+    heartbeat_answer_every: zInt(1, 100).default(2),
     /**
      * Renters reaching their workloads (`gpu exec`, `gpu shell`: src/reach/): the daemon holds an outbound WebSocket
      * to billing's relay and runs what renters ask in their own workload only. Off: no connection (renters hear 409

@@ -263,6 +263,11 @@ describe('provider daemon', () => {
     expect(() => loadDaemonConfig({ PLATFORM_URL: 'not a url' })).toThrow(/platform_url/);
   });
 
+  it('takes every number setting from the environment as digits, and nothing else for one', () => {
+    expect(loadDaemonConfig({ DAEMON__HEARTBEAT_ANSWER_EVERY: '4' }).heartbeat_answer_every).toBe(4);
+    expect(() => loadDaemonConfig({ DAEMON__HEARTBEAT_ANSWER_EVERY: '' })).toThrow(/heartbeat_answer_every/);
+  });
+
   it('loads the shipped example configuration as written', () => {
     const example = new URL('../daemon.example.yaml', import.meta.url).pathname;
     const loaded = loadDaemonConfig({ DAEMON_CONFIG_FILE: example });

@@ -7,7 +7,9 @@
  * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in
  * which request, what (the route's first path parameter as the target, the body fields named of a body its schema
  * accepted, the answer's `id`, `status` or problem `code`; all as text PostgreSQL stores, none longer than 512
- * characters) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request the access check
+ * characters) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request answered 503 REQUEST_TIMEOUT
+ * while its handler was at work gets a second event once the handler is done (`details.after_timeout`), with what it
+ * did. A request the access check
  * refused before the handler is recorded too. The service's close waits for the appends under way (`auditAppended`)
  * before its database closes.
  * A machine client acting for a user (a provider's daemon) is named with `details.acting_for`, the user; an admin or a
@@ -17,6 +19,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Kysely } from 'kysely';
 import { type AuditOutcome, appendAudit, auditActor } from '../db/audit-trail.ts';
+import { AppError } from '../errors.ts';
+import { problemOf } from './problem.ts';
+import { answeredTimeout } from './timeout.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -81,12 +86,18 @@ function picked(body: unknown, fields: readonly string[] | undefined): Record<st
 function answerOf(payload: unknown): Record<string, unknown> {
   if (typeof payload !== 'string' || payload.length > 65_536) return {};
   try {
-    const body = JSON.parse(payload) as Record<string, unknown>;
-    if (!body || typeof body !== 'object' || Array.isArray(body)) return {};
-    return Object.fromEntries(ANSWER_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]]));
+    return answerFields(JSON.parse(payload));
   } catch {
     return {}; // Not JSON: nothing of it is kept.
   }
+}
+
+/** The fields the trail keeps of an answer's body (a handler's value, or the JSON sent). */
+function answerFields(body: unknown): Record<string, unknown> {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return {};
+  const b = body as Record<string, unknown>;
+  const kept = ANSWER_FIELDS.filter((f) => typeof b[f] === 'string' || typeof b[f] === 'number');
+  return Object.fromEntries(kept.map((f) => [f, typeof b[f] === 'string' ? storable(b[f]) : b[f]]));
 }
 
 export const auditHook = fp(
@@ -101,21 +112,23 @@ export const auditHook = fp(
       const audit = request.routeOptions.config?.audit;
       if (audit) fieldsOf.set(request, picked(request.body, audit.body));
     });
-    const append = (request: FastifyRequest, statusCode: number, answer: Record<string, unknown>) => {
+    /** Appends the route's event: its outcome, and what of the answer is kept (`status_code` first). */
+    const append = (request: FastifyRequest, outcome: AuditOutcome, answer: Record<string, unknown>) => {
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
       const p = request.principal;
+      const { status_code, ...rest } = answer;
       const appended: Promise<void> = appendAudit(opts.db, {
         action: audit.action,
-        outcome: outcomeOf(statusCode),
+        outcome,
         actor: p && !p.unchecked ? auditActor(p) : null,
         address: request.clientIp,
         target: targetOf(request.params),
         details: {
-          status_code: statusCode,
+          ...(status_code !== undefined ? { status_code } : {}),
           ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
           ...fieldsOf.get(request),
-          ...answer,
+          ...rest,
         },
         requestId: String(request.id),
       })
@@ -125,6 +138,32 @@ export const auditHook = fp(
         .finally(() => pending.delete(appended));
       pending.add(appended);
     };
+    // A request answered 503 REQUEST_TIMEOUT while its handler was at work may still do what it was asked: once the
+    // handler is done, what it did is appended too (`details.after_timeout`), beside the answer the caller had.
+    app.addHook('onRoute', (route) => {
+      if (!route.config?.audit) return;
+      const handler = route.handler;
+      route.handler = function audited(this: FastifyInstance, request, reply) {
+        const result = handler.call(this, request, reply);
+        if (result && typeof (result as PromiseLike<unknown>).then === 'function') {
+          (result as Promise<unknown>).then(
+            (value) => {
+              if (answeredTimeout(request))
+                append(request, 'succeeded', { after_timeout: true, ...answerFields(value) });
+            },
+            (err: unknown) => {
+              if (!answeredTimeout(request)) return;
+              const problem = err instanceof AppError ? problemOf(err) : undefined;
+              append(request, outcomeOf(problem?.status ?? 500), {
+                after_timeout: true,
+                ...(problem ? { code: problem.code } : {}),
+              });
+            },
+          );
+        }
+        return result;
+      };
+    });
     // Appended once the answer is on its way out and the response closes, whether it finished or its client hung up
     // first: Fastify's onResponse runs only for a response that finished, and a withdrawal whose client left while it
     // was confirmed moved money all the same.
@@ -133,8 +172,9 @@ export const auditHook = fp(
       const statusCode = reply.statusCode;
       const answer = answerOf(payload);
       const res = reply.raw;
-      if (res.destroyed || res.closed) append(request, statusCode, answer);
-      else res.once('close', () => append(request, statusCode, answer));
+      const event = { status_code: statusCode, ...answer };
+      if (res.destroyed || res.closed) append(request, outcomeOf(statusCode), event);
+      else res.once('close', () => append(request, outcomeOf(statusCode), event));
       return payload;
     });
   },

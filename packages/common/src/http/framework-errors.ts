@@ -9,7 +9,7 @@
  * half-close, which a request streaming its body may answer itself: body-cut.ts.)
  */
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, errors } from '../errors.ts';
@@ -39,28 +39,50 @@ function clientProblem(err: NodeJS.ErrnoException): AppError {
   }
 }
 
+/** Node's own field: the response now being written on a connection (ServerResponse.assignSocket), if any. */
+type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
+
+/** Connections whose problem answer waits for the answers ahead of it (a second parser error adds nothing). */
+const answering = new WeakSet<Socket>();
+
 /**
- * Fastify's `clientErrorHandler` server option (Node's `clientError` event):
- * answers a problem body on the raw socket and closes it.
+ * Fastify's `clientErrorHandler` server option (Node's `clientError` event): answers a problem body on the raw
+ * socket and closes it. A malformed request pipelined behind others is answered after them: written at once, the
+ * problem would be read as the answer to the first (or land inside a body being streamed), and the first would be
+ * lost.
  */
 export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
   // A reset connection has nobody to answer (see Node's 'clientError' documentation).
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   // A body cut by the client's half-close, on a request whose handler answers that itself (body-cut.ts).
   if (handOverBodyCut(err, socket)) return;
+  if (answering.has(socket)) return;
+  answering.add(socket);
   const problem = problemOf(clientProblem(err));
   const requestId = randomUUID();
   this.log.info({ request_id: requestId, code: problem.code, status: problem.status, err_code: err.code }, err.message);
-  if (socket.writable) {
-    const body = JSON.stringify({ ...problem, request_id: requestId });
-    socket.write(
-      `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
-        `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        `${REQUEST_ID_HEADER}: ${requestId}\r\n` +
-        'Connection: close\r\n\r\n' +
-        body,
-    );
-  }
-  socket.destroy(err);
+  const answer = () => {
+    // The answers ahead of it, one after another (Node assigns the next pipelined response when one finishes).
+    const ahead = (socket as HttpSocket)._httpMessage;
+    if (ahead && !ahead.writableFinished && !socket.destroyed) {
+      ahead.once('finish', answer);
+      ahead.once('close', answer);
+      return;
+    }
+    ahead?.off('finish', answer).off('close', answer);
+    if (socket.destroyed) return;
+    if (socket.writable) {
+      const body = JSON.stringify({ ...problem, request_id: requestId });
+      socket.write(
+        `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
+          `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+          `${REQUEST_ID_HEADER}: ${requestId}\r\n` +
+          'Connection: close\r\n\r\n' +
+          body,
+      );
+    }
+    socket.destroy(err);
+  };
+  answer();
 }

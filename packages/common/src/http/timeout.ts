@@ -26,6 +26,8 @@ interface TimeoutState {
   controller?: AbortController;
   /** Why the request was aborted before anyone asked for the signal. */
   reason?: unknown;
+  /** Whether it was answered 503 REQUEST_TIMEOUT (its handler may still be at work). */
+  timedOut?: boolean;
 }
 
 const states = new WeakMap<object, TimeoutState>();
@@ -49,6 +51,7 @@ export const requestTimeout = fp(
       state.timer = setTimeout(() => {
         abort(state, errors.timeout());
         if (reply.sent || reply.raw.headersSent) return;
+        state.timedOut = true;
         request.log.warn({ timeout_ms: limit }, 'request timed out');
         // The rest of a body still on its way would be read only to be thrown away: close the connection instead.
         if (!request.raw.complete) reply.header('connection', 'close');
@@ -65,6 +68,11 @@ export const requestTimeout = fp(
   },
   { name: 'request-timeout' },
 );
+
+/** Whether the request was answered 503 REQUEST_TIMEOUT while its handler was still at work. */
+export function answeredTimeout(request: FastifyRequest): boolean {
+  return states.get(request)?.timedOut === true;
+}
 
 /** The request's controller: aborted by the timeout (also one that already fired) or when the client goes away. */
 function signalFor(state: TimeoutState): AbortController {
