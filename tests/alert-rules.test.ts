@@ -104,7 +104,9 @@ function metricsOf(expr: string): string[] {
   return names
     .filter(
       (n) =>
-        !words.has(n) && !/^(status_code|job|status|instance|reason|consumer|route|method)$/.test(n) && !/^\d/.test(n),
+        !words.has(n) &&
+        !/^(status_code|job|status|instance|reason|consumer|route|method|metric)$/.test(n) &&
+        !/^\d/.test(n),
     )
     .map((n) => n.replace(/_(bucket|count|sum)$/, ''));
 }

@@ -65,5 +65,10 @@ describe('a scrape while a table is locked', () => {
     const text = answered!;
     expect(text).toMatch(new RegExp(`^billing_sessions_running\\{[^}]*\\} ${before}$`, 'm'));
     expect(text).toMatch(/^billing_payouts_pending\{[^}]*\} [1-9]\d*$/m);
+    // The values kept are stale, and say so: each gauge that could not be read is counted.
+    for (const stale of ['billing_sessions_running', 'billing_usage_lag_seconds', 'billing_outbox_backlog']) {
+      expect(text).toMatch(new RegExp(`^metric_reads_failed_total\\{[^}]*metric="${stale}"[^}]*\\} 1$`, 'm'));
+    }
+    expect(text).not.toMatch(/^metric_reads_failed_total\{[^}]*metric="billing_payouts_pending"/m);
   });
 });

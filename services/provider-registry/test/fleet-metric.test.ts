@@ -43,5 +43,7 @@ describe('registry_providers', () => {
     });
     expect(answered, 'the scrape never answered while the table was locked').toBeDefined();
     expect(count(answered!, 'idle')).toBe(idle);
+    // Stale, and counted as such.
+    expect(answered).toMatch(/^metric_reads_failed_total\{[^}]*metric="registry_providers"[^}]*\} 1$/m);
   });
 });

@@ -2,6 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { metricReadFailures } from '../db/metric-read.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -15,6 +16,8 @@ export const metricsPlugin = fp(
     const registry = new Registry();
     registry.setDefaultLabels({ service: opts.service });
     collectDefaultMetrics({ register: registry });
+    // Every service's gauges read from its database count their failed reads here (db/metric-read.ts).
+    registry.registerMetric(metricReadFailures);
     const requests = new Counter({
       name: 'http_requests_total',
       help: 'HTTP requests by method, route and status code',

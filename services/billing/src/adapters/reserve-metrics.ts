@@ -10,7 +10,7 @@
  * checks the reserves in the background, when they were last checked is there from the start, reading when it started:
  * a chain unreachable from the first check on raises the stale-check alert as one that became unreachable later does.
  */
-import { boundedRead } from '@gpu/common';
+import { boundedRead, metricReadFailed } from '@gpu/common';
 import { Gauge, type Metric, type Registry } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { payoutPause, type ReserveReport } from '../domain/reserves/index.ts';
@@ -62,7 +62,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry, opts: { c
         try {
           this.set((await boundedRead(ctx.db, (trx) => payoutPause(ctx, trx))) ? 1 : 0);
         } catch (err) {
-          ctx.logger.warn({ err: (err as Error).message, metric: 'billing_payouts_paused' }, 'reading a metric failed');
+          metricReadFailed(ctx.logger, 'billing_payouts_paused', err);
         }
       },
     }),

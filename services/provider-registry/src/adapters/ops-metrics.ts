@@ -5,7 +5,7 @@
  * so rules and panels take the `max` over instances, never the sum. The read is bounded (common's boundedRead).
  */
 
-import { boundedRead, type Database, type GroupCommitStats, type Logger } from '@gpu/common';
+import { boundedRead, type Database, type GroupCommitStats, type Logger, metricReadFailed } from '@gpu/common';
 import { sql } from 'kysely';
 import { Counter, Gauge } from 'prom-client';
 import type { RegistryDB } from '../db/schema.ts';
@@ -29,7 +29,7 @@ export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gau
         for (const status of PROVIDER_STATUSES) this.set({ status }, 0);
         for (const row of rows) this.set({ status: row.status }, Number(row.n));
       } catch (err) {
-        logger.warn({ err: (err as Error).message, metric: 'registry_providers' }, 'reading a metric failed');
+        metricReadFailed(logger, 'registry_providers', err);
       }
     },
   });
