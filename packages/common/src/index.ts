@@ -93,7 +93,7 @@ export {
 } from './db/database.ts';
 export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
 export { cursorAt, newerThan, olderThan } from './db/keyset.ts';
-export { boundedRead, databaseGauge, metricReadFailed } from './db/metric-read.ts';
+export { boundedRead, countReadFailures, databaseGauge, metricReadFailed } from './db/metric-read.ts';
 export { migrateToLatest } from './db/migrate.ts';
 export {
   type RateLimitDatabase,

@@ -54,6 +54,7 @@ beforeAll(async () => {
   const logger = createLogger({ service: 'test', instanceId: 'i-1', level: 'info', destination: logs.destination });
   app = await createApp({ service: 'test-service', description: 'test', config, logger });
   app.get('/x/:name', async (request) => request.params);
+  app.post('/x/:name', async (request) => ({ ...(request.params as object), body: request.body }));
   // Answered when the test says: one answers at once, the other starts its body and ends it then.
   app.get('/held', async () => {
     await held.promise;
@@ -140,6 +141,31 @@ describe('errors before a route runs', () => {
         code: 'MALFORMED_REQUEST',
       });
     }
+  });
+
+  it('answers a body that does not parse at once, and a malformed request behind many as it comes', async () => {
+    // A chunk size that is no number: the route waits for a body that never comes, the connection gets its 400 now
+    // (not the request timeout's 503, 30 s on).
+    const badBody = await rawRequest(
+      `POST /x/ok HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${caller.headers.authorization}\r\n` +
+        'Content-Type: application/json\r\n' +
+        'Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n',
+    );
+    expect(badBody.status).toBe(400);
+    expect(JSON.parse(badBody.body)).toMatchObject({ code: 'MALFORMED_REQUEST' });
+    // Behind 24 answers: each passes the problem on to the next once (before, every answer doubled the listeners
+    // waiting on the next: 2^24 for the last).
+    const ok = `GET /x/ok HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${caller.headers.authorization}\r\n\r\n`;
+    const text = await new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+      socket.write(`${ok.repeat(24)}GET /health HTTP/1.1\r\nHost: localhost\r\nthis is not a header\r\n\r\n`);
+    });
+    expect(text.match(/HTTP\/1\.1 200 OK/g)).toHaveLength(24);
+    expect(text.match(/HTTP\/1\.1 400 Bad Request/g)).toHaveLength(1);
+    expect(text.indexOf('HTTP/1.1 400')).toBeGreaterThan(text.lastIndexOf('HTTP/1.1 200'));
   });
 
   it('keeps serving afterwards', async () => {

@@ -236,7 +236,7 @@ describe('the audit trail of money going out', () => {
   });
 
   it('records what a request answered 503 REQUEST_TIMEOUT did after all, once its handler is done', async () => {
-    const slow = await setupBilling({ config: { request_timeout: '1s' } });
+    const slow = await setupBilling({ chain: L.chain, config: { request_timeout: '1s' } });
     try {
       const machine = crypto.randomUUID();
       const wallet = await slow.fundedWallet('0', 'provider', undefined, { ownerId: machine });
@@ -260,6 +260,39 @@ describe('the audit trail of money going out', () => {
         { outcome: 'succeeded', request_id: 'req-timed-out', details: { after_timeout: true, auto_payout: false } },
       ]);
       expect(events).toHaveLength(2);
+
+      // A withdrawal (its answer sent by the idempotent path, not returned) held past the limit: its money leaves
+      // after the 503, and the trail has the transaction it made.
+      const renter = await slow.issuer.user(['renter']);
+      const w = await slow.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+      await slow.db.transaction().execute(async (trx) => {
+        await sql`LOCK TABLE transactions IN EXCLUSIVE MODE`.execute(trx);
+        const answer = await slow.app.inject({
+          method: 'POST',
+          url: `/api/v1/wallet/${w.id}/withdraw`,
+          headers: { ...renter.headers, 'x-request-id': 'req-withdraw-timed-out' },
+          payload: { amount: '5' },
+        });
+        expect(answer.statusCode, answer.body).toBe(503);
+        await lockWaiters(slow.db, 1);
+      });
+      const withdrawals = await eventually(`action=withdrawal&target=wallet:${w.id}`, 2, slow);
+      const [made] = await slow.db
+        .selectFrom('transactions')
+        .select(['id'])
+        .where('wallet_id', '=', w.id)
+        .where('type', '=', 'withdrawal')
+        .execute();
+      expect(made).toBeDefined();
+      expect(withdrawals).toMatchObject([
+        { outcome: 'failed', details: { status_code: 503, code: 'REQUEST_TIMEOUT' } },
+        {
+          outcome: 'succeeded',
+          actor_id: renter.id,
+          request_id: 'req-withdraw-timed-out',
+          details: { after_timeout: true, status_code: 200, amount: '5', id: made!.id, status: 'confirmed' },
+        },
+      ]);
     } finally {
       await slow.close();
     }

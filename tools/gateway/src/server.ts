@@ -14,13 +14,23 @@ const env = process.env;
 // Traces over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (before the app: its server spans are made as it is built).
 const tracing = await startTracing({ service: 'gateway' });
 const local = (port: number) => `http://127.0.0.1:${port}`;
+/** A setting's decimal digits (spaces around allowed) as a number; anything else (empty, `1e3`, `0x10`): undefined. */
+const digits = (value: string): number | undefined => (/^\s*\d+\s*$/.test(value) ? Number(value) : undefined);
 /** A whole number of seconds, at least 1, in milliseconds; anything else stops the gateway with its name. */
 function idleSeconds(value: string): number {
-  const seconds = Number(value);
-  if (!Number.isInteger(seconds) || seconds < 1)
+  const seconds = digits(value);
+  if (seconds === undefined || seconds < 1)
     throw new Error(`GATEWAY_UPGRADE_IDLE_TIMEOUT: ${JSON.stringify(value)} is not a whole number of seconds`);
   return seconds * 1000;
 }
+/** PORT (unset or empty: 8080); anything but a port number stops the gateway (a blank one was port 0: any port). */
+function listenPort(value: string | undefined): number {
+  if (value === undefined || value === '') return 8080;
+  const port = digits(value);
+  if (port === undefined || port > 65535) throw new Error(`PORT: ${JSON.stringify(value)} is not a port number`);
+  return port;
+}
+const port = listenPort(env.PORT);
 const app = await buildGateway({
   upstreams: {
     auth: env.GATEWAY_AUTH_URL || local(8000),
@@ -43,4 +53,4 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
       .then(() => process.exit(0));
   });
 }
-await app.listen({ port: Number(env.PORT || 8080), host: env.HOST || '127.0.0.1' });
+await app.listen({ port, host: env.HOST || '127.0.0.1' });

@@ -36,6 +36,14 @@ export const metricReadFailures = new Counter({
 /** The bounded reads under way (each settles within the limit). */
 const reading = new Set<Promise<unknown>>();
 
+/**
+ * Starts `metric`'s failure count at 0 (call it where the gauge is made): a rule's `increase()` needs a sample before
+ * the first failure to see it.
+ */
+export function countReadFailures(metric: string): void {
+  metricReadFailures.inc({ metric }, 0);
+}
+
 /** A gauge's read that failed: logged and counted; the gauge keeps its value. */
 export function metricReadFailed(logger: Logger, metric: string, err: unknown): void {
   metricReadFailures.inc({ metric });
@@ -71,6 +79,7 @@ export function databaseGauge<DB>(opts: {
   query: RawBuilder<{ n: string | number | null }>;
 }): Gauge {
   const { name, db, logger, query } = opts;
+  countReadFailures(name);
   return new Gauge({
     name,
     help: opts.help,

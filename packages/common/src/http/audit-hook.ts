@@ -139,26 +139,49 @@ export const auditHook = fp(
       pending.add(appended);
     };
     // A request answered 503 REQUEST_TIMEOUT while its handler was at work may still do what it was asked: once the
-    // handler is done, what it did is appended too (`details.after_timeout`), beside the answer the caller had.
+    // handler answers (Fastify drops that answer: the reply was sent) or fails, what it did is appended too
+    // (`details.after_timeout`), beside the answer the caller had. Once per request.
+    const lateRecorded = new WeakSet<FastifyRequest>();
+    const late = (request: FastifyRequest, answer: { code?: number; payload?: unknown; failed?: unknown }) => {
+      if (lateRecorded.has(request)) return;
+      lateRecorded.add(request);
+      const err = answer.failed ?? (answer.payload instanceof Error ? answer.payload : undefined);
+      if (err !== undefined) {
+        const problem = err instanceof AppError ? problemOf(err) : undefined;
+        const status = problem?.status ?? 500;
+        append(request, outcomeOf(status), {
+          status_code: status,
+          after_timeout: true,
+          ...(problem ? { code: problem.code } : {}),
+        });
+        return;
+      }
+      const body = typeof answer.payload === 'string' ? answerOf(answer.payload) : answerFields(answer.payload);
+      const status = answer.code ?? 200;
+      append(request, outcomeOf(status), { status_code: status, after_timeout: true, ...body });
+    };
     app.addHook('onRoute', (route) => {
       if (!route.config?.audit) return;
       const handler = route.handler;
       route.handler = function audited(this: FastifyInstance, request, reply) {
+        // The status and answer the handler gives after the timeout answered for it.
+        let code: number | undefined;
+        const setCode = reply.code;
+        reply.code = reply.status = function lateCode(this: FastifyReply, status: number) {
+          if (this.sent && answeredTimeout(request)) code = status;
+          return setCode.call(this, status);
+        };
+        const send = reply.send;
+        reply.send = function lateSend(this: FastifyReply, payload?: unknown) {
+          if (this.sent && answeredTimeout(request)) late(request, { code, payload });
+          return send.call(this, payload);
+        };
         const result = handler.call(this, request, reply);
         if (result && typeof (result as PromiseLike<unknown>).then === 'function') {
           (result as Promise<unknown>).then(
-            (value) => {
-              if (answeredTimeout(request))
-                append(request, 'succeeded', { after_timeout: true, ...answerFields(value) });
-            },
-            (err: unknown) => {
-              if (!answeredTimeout(request)) return;
-              const problem = err instanceof AppError ? problemOf(err) : undefined;
-              append(request, outcomeOf(problem?.status ?? 500), {
-                after_timeout: true,
-                ...(problem ? { code: problem.code } : {}),
-              });
-            },
+            // Fastify sends a returned value right after this (lateSend records it); one that sent nothing: done.
+            () => setImmediate(() => answeredTimeout(request) && late(request, { code })),
+            (failed: unknown) => answeredTimeout(request) && late(request, { failed }),
           );
         }
         return result;

@@ -2,8 +2,9 @@
  * A request body cut short by the client's half-close: the client sent the headers and part of the body, then closed
  * its sending side (a FIN) before the body's last byte (its Content-Length, or a chunked body's last chunk), and is
  * still there to read an answer. Node reports that as a `clientError` (`HPE_INVALID_EOF_STATE`), which the app
- * answers by default with 400 MALFORMED_REQUEST on the raw socket before destroying it (framework-errors.ts); the
- * request's handler is never told, and the body it reads neither ends nor fails.
+ * answers by default with 400 MALFORMED_REQUEST on the raw socket before destroying it (framework-errors.ts; at once
+ * when the answer to that request has not begun); the request's handler is never told, and the body it reads neither
+ * ends nor fails.
  *
  * A handler that streams the body somewhere (the storage service's uploads) takes the cut over with `onBodyCut`: it
  * is called instead, abandons what it was writing and answers on its own reply, which the client can still read.

@@ -61,16 +61,7 @@ export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException,
   const problem = problemOf(clientProblem(err));
   const requestId = randomUUID();
   this.log.info({ request_id: requestId, code: problem.code, status: problem.status, err_code: err.code }, err.message);
-  const answer = () => {
-    // The answers ahead of it, one after another (Node assigns the next pipelined response when one finishes).
-    const ahead = (socket as HttpSocket)._httpMessage;
-    if (ahead && !ahead.writableFinished && !socket.destroyed) {
-      ahead.once('finish', answer);
-      ahead.once('close', answer);
-      return;
-    }
-    ahead?.off('finish', answer).off('close', answer);
-    if (socket.destroyed) return;
+  const write = () => {
     if (socket.writable) {
       const body = JSON.stringify({ ...problem, request_id: requestId });
       socket.write(
@@ -83,6 +74,28 @@ export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException,
       );
     }
     socket.destroy(err);
+  };
+  const answer = (): void => {
+    if (socket.destroyed) return;
+    const ahead = (socket as HttpSocket)._httpMessage;
+    if (!ahead || ahead.writableFinished) {
+      write();
+      return;
+    }
+    // The response of the request whose own body failed to parse: its handler waits for a body that never comes.
+    // Answered now, as Node answers (nothing is written into an answer already begun).
+    if (!ahead.req?.complete) {
+      if (ahead.headersSent) socket.destroy(err);
+      else write();
+      return;
+    }
+    // An answer ahead of it, for a request read whole: once it is out, the next (Node assigns the next pipelined
+    // response as one finishes). Once per response: its 'close' follows its 'finish'.
+    const next = () => {
+      ahead.off('finish', next).off('close', next);
+      answer();
+    };
+    ahead.once('finish', next).once('close', next);
   };
   answer();
 }

@@ -10,7 +10,7 @@
  * checks the reserves in the background, when they were last checked is there from the start, reading when it started:
  * a chain unreachable from the first check on raises the stale-check alert as one that became unreachable later does.
  */
-import { boundedRead, metricReadFailed } from '@gpu/common';
+import { boundedRead, countReadFailures, metricReadFailed } from '@gpu/common';
 import { Gauge, type Metric, type Registry } from 'prom-client';
 import type { BillingContext } from '../domain/context.ts';
 import { payoutPause, type ReserveReport } from '../domain/reserves/index.ts';
@@ -53,6 +53,7 @@ export function watchReserves(ctx: BillingContext, registry: Registry, opts: { c
     metric.set(value);
   };
   if (opts.checkedInBackground) show(checked, Date.now() / 1000);
+  countReadFailures('billing_payouts_paused');
   registry.registerMetric(
     new Gauge({
       name: 'billing_payouts_paused',

@@ -58,8 +58,8 @@ const execQuery = z.object({
   stdin: zBool().default(true).describe('whether standard input is sent (false: the program reads an empty input)'),
   stdout: zBool().default(true).describe('accepted for kubectl; standard output is always sent'),
   stderr: zBool().default(true).describe('accepted for kubectl; standard error is always sent (without a terminal)'),
-  cols: zInt(1, 1000).default(80).describe("the terminal's first width"),
-  rows: zInt(1, 1000).default(24).describe("the terminal's first height"),
+  cols: zInt(1, 1000).prefault(80).describe("the terminal's first width"),
+  rows: zInt(1, 1000).prefault(24).describe("the terminal's first height"),
 });
 
 const portQuery = z.object({

@@ -5,13 +5,21 @@
  * so rules and panels take the `max` over instances, never the sum. The read is bounded (common's boundedRead).
  */
 
-import { boundedRead, type Database, type GroupCommitStats, type Logger, metricReadFailed } from '@gpu/common';
+import {
+  boundedRead,
+  countReadFailures,
+  type Database,
+  type GroupCommitStats,
+  type Logger,
+  metricReadFailed,
+} from '@gpu/common';
 import { sql } from 'kysely';
 import { Counter, Gauge } from 'prom-client';
 import type { RegistryDB } from '../db/schema.ts';
 import { PROVIDER_STATUSES } from '../domain/provider.ts';
 
 export function fleetMetric(database: Database<RegistryDB>, logger: Logger): Gauge<'status'> {
+  countReadFailures('registry_providers');
   return new Gauge({
     name: 'registry_providers',
     help: 'registered machines by status',
