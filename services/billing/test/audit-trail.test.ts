@@ -254,7 +254,12 @@ describe('the audit trail of money going out', () => {
         await lockWaiters(slow.db, 1);
       });
       // Let go, the change is made: the trail says so beside the answer the caller had.
-      const events = await eventually(`action=payout_settings_changed&target=provider:${machine}`, 2, slow);
+      // The two are appended side by side (the 503's as its response closes): either may come first in the trail.
+      const failedFirst = (events: { outcome: string }[]) =>
+        [...events].sort((a, b) => Number(b.outcome === 'failed') - Number(a.outcome === 'failed'));
+      const events = failedFirst(
+        await eventually(`action=payout_settings_changed&target=provider:${machine}`, 2, slow),
+      );
       expect(events).toMatchObject([
         { outcome: 'failed', request_id: 'req-timed-out', details: { status_code: 503, code: 'REQUEST_TIMEOUT' } },
         { outcome: 'succeeded', request_id: 'req-timed-out', details: { after_timeout: true, auto_payout: false } },
@@ -276,7 +281,7 @@ describe('the audit trail of money going out', () => {
         expect(answer.statusCode, answer.body).toBe(503);
         await lockWaiters(slow.db, 1);
       });
-      const withdrawals = await eventually(`action=withdrawal&target=wallet:${w.id}`, 2, slow);
+      const withdrawals = failedFirst(await eventually(`action=withdrawal&target=wallet:${w.id}`, 2, slow));
       const [made] = await slow.db
         .selectFrom('transactions')
         .select(['id'])
