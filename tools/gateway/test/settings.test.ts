@@ -8,11 +8,14 @@ import { describe, expect, it } from 'vitest';
 
 const cwd = fileURLToPath(new URL('..', import.meta.url));
 
-/** The gateway's exit code and output with `settings`; one still running after a generous minute is stopped (null). */
+/**
+ * The gateway's exit code and output with `settings`; one still running after 45 s is stopped (null), within the
+ * test's minute.
+ */
 async function refused(settings: Record<string, string>): Promise<{ code: number | null; output: string }> {
   const env = { ...process.env, PORT: String(await freePort()), HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...settings };
   const gateway = spawnServer('src/server.ts', { cwd, env });
-  const deadline = setTimeout(() => gateway.child.kill('SIGKILL'), 60_000);
+  const deadline = setTimeout(() => gateway.child.kill('SIGKILL'), 45_000);
   const { code } = await gateway.exited;
   clearTimeout(deadline);
   return { code, output: gateway.output() };

@@ -19,7 +19,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { Kysely } from 'kysely';
 import { type AuditOutcome, appendAudit, auditActor } from '../db/audit-trail.ts';
-import { AppError } from '../errors.ts';
+import { toAppError } from './error-handler.ts';
 import { problemOf } from './problem.ts';
 import { answeredTimeout } from './timeout.ts';
 
@@ -147,12 +147,12 @@ export const auditHook = fp(
       lateRecorded.add(request);
       const err = answer.failed ?? (answer.payload instanceof Error ? answer.payload : undefined);
       if (err !== undefined) {
-        const problem = err instanceof AppError ? problemOf(err) : undefined;
-        const status = problem?.status ?? 500;
-        append(request, outcomeOf(status), {
-          status_code: status,
+        // As the error handler would have answered it (a database away: 503 DEPENDENCY_UNAVAILABLE).
+        const problem = problemOf(toAppError(err));
+        append(request, outcomeOf(problem.status), {
+          status_code: problem.status,
           after_timeout: true,
-          ...(problem ? { code: problem.code } : {}),
+          code: problem.code,
         });
         return;
       }
@@ -168,7 +168,8 @@ export const auditHook = fp(
         let code: number | undefined;
         const setCode = reply.code;
         reply.code = reply.status = function lateCode(this: FastifyReply, status: number) {
-          if (this.sent && answeredTimeout(request)) code = status;
+          // Not the timeout's own 503 (set while its answer is being sent, the request already timed out).
+          if (this.sent || !answeredTimeout(request)) code = status;
           return setCode.call(this, status);
         };
         const send = reply.send;
@@ -180,7 +181,14 @@ export const auditHook = fp(
         if (result && typeof (result as PromiseLike<unknown>).then === 'function') {
           (result as Promise<unknown>).then(
             // Fastify sends a returned value right after this (lateSend records it); one that sent nothing: done.
-            () => setImmediate(() => answeredTimeout(request) && late(request, { code })),
+            () => {
+              if (!answeredTimeout(request)) return;
+              // Counted among the appends under way from now, so that a close waiting for them waits for this one.
+              const settled: Promise<void> = new Promise<void>((r) => setImmediate(r))
+                .then(() => late(request, { code }))
+                .finally(() => pending.delete(settled));
+              pending.add(settled);
+            },
             (failed: unknown) => answeredTimeout(request) && late(request, { failed }),
           );
         }

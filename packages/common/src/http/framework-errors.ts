@@ -75,6 +75,14 @@ export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException,
     }
     socket.destroy(err);
   };
+  /** `then` once `response` is out (or its connection gone): one listener pair, gone when either fires. */
+  const after = (response: ServerResponse, then: () => void) => {
+    const next = () => {
+      response.off('finish', next).off('close', next);
+      then();
+    };
+    response.once('finish', next).once('close', next);
+  };
   const answer = (): void => {
     if (socket.destroyed) return;
     const ahead = (socket as HttpSocket)._httpMessage;
@@ -83,19 +91,17 @@ export function onClientError(this: FastifyInstance, err: NodeJS.ErrnoException,
       return;
     }
     // The response of the request whose own body failed to parse: its handler waits for a body that never comes.
-    // Answered now, as Node answers (nothing is written into an answer already begun).
+    // Answered now, as Node answers (nothing is written into an answer already begun); one the handler already ended
+    // (a refusal before the body was read) goes out whole first, and is the request's answer.
     if (!ahead.req?.complete) {
-      if (ahead.headersSent) socket.destroy(err);
+      if (ahead.writableEnded) after(ahead, () => socket.destroy(err));
+      else if (ahead.headersSent) socket.destroy(err);
       else write();
       return;
     }
     // An answer ahead of it, for a request read whole: once it is out, the next (Node assigns the next pipelined
     // response as one finishes). Once per response: its 'close' follows its 'finish'.
-    const next = () => {
-      ahead.off('finish', next).off('close', next);
-      answer();
-    };
-    ahead.once('finish', next).once('close', next);
+    after(ahead, answer);
   };
   answer();
 }
