@@ -82,25 +82,19 @@ function scene() {
   });
   /** Options whose handler holds each message until `release()`; `inHandler` settles once one is being handled. */
   const gated = (extra: Partial<DurableConsumerOptions<Body>> = {}) => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => {
-      release = r;
-    });
-    let entered!: () => void;
-    const inHandler = new Promise<void>((r) => {
-      entered = r;
-    });
+    const gate = Promise.withResolvers<void>();
+    const entered = Promise.withResolvers<void>();
     const held = options({
       ...extra,
       async handle(body) {
         seen.push(body.id);
-        entered();
-        await gate;
+        entered.resolve();
+        await gate.promise;
         applied.push(body.id);
         return 'ack';
       },
     });
-    return { options: held, release: () => release(), inHandler };
+    return { options: held, release: () => gate.resolve(), inHandler: entered.promise };
   };
   const send = (data: unknown) => publisher.publish(`${subject}.x`, data);
   const info = async () => (await jetstreamManager(publisher.connection)).consumers.info(stream, 'test-durable');

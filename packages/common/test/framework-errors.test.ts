@@ -9,15 +9,8 @@ let app: App;
 let port: number;
 let issuer: TestIssuer;
 let caller: Caller;
-/** A promise and what settles it: the held routes answer once the test resolves it. */
-function gate() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => {
-    resolve = r;
-  });
-  return { promise, resolve };
-}
-let held = gate();
+/** What the held routes wait for: they answer once the test resolves it. */
+let held = Promise.withResolvers<void>();
 
 interface RawResponse {
   status: number;
@@ -112,7 +105,7 @@ describe('errors before a route runs', () => {
 
   it('answers a malformed request pipelined behind another only after that one is answered whole', async () => {
     for (const path of ['/held', '/streamed']) {
-      held = gate();
+      held = Promise.withResolvers<void>();
       const errorsBefore = logs.lines().filter((l) => l.code === 'MALFORMED_REQUEST').length;
       const socket = connect(port, '127.0.0.1');
       const chunks: Buffer[] = [];
