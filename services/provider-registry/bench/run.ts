@@ -78,6 +78,14 @@ const ANSWER_EVERY = 2;
  */
 const DISCOVERY_RATE = Number(process.env.BENCH_DISCOVERY_RATE ?? 20);
 /**
+ * `BENCH_LOOP=<n>`: after the fleet is loaded, only the goal's row (NATS on subjects naming the sender, the fleet's
+ * rate, discovery meanwhile) `n` times, each printed, and nothing written: to compare a change on one loaded fleet,
+ * rounds alternated, where a full run loads a fleet for each. No discovery or market table is measured.
+ */
+const LOOP = Number(process.env.BENCH_LOOP ?? 0);
+if (!Number.isInteger(LOOP) || LOOP < 0)
+  throw new Error(`BENCH_LOOP must be a whole number, not ${process.env.BENCH_LOOP}`);
+/**
  * The nice value of the NATS rows' sender (`BENCH_FLEET_NICE`; 0: the platform's priority, as earlier runs).
  * It stands in for a million remote machines: at 10 it takes the CPU the platform's processes leave instead of
  * competing with them (discovery's query above all) as no remote daemon could. Its CPU is counted all the same.
@@ -348,7 +356,7 @@ async function main() {
       );
       return `| ${label} | ${fmt(alone.p50, 2)} / ${fmt(alone.p99, 2)} ms · ${fmt(alone.perSecond, 0)}/s | ${fmt(direct.p50, 2)} / ${fmt(direct.p99, 2)} ms · ${fmt(direct.perSecond, 0)}/s | ${fmt(service.p50, 2)} / ${fmt(service.p99, 2)} ms · ${fmt(service.perSecond, 0)}/s | ${met} |`;
     }
-    for (const s of scenarios) {
+    for (const s of LOOP > 0 ? [] : scenarios) {
       // The statements of a page asked again, as the service asks it (a term's model names known from the first).
       const names = new ModelNames();
       const ask = (db: Kysely<RegistryDB>) => listProviders(db, s.filter, OFFLINE_AFTER_MS, names);
@@ -380,7 +388,7 @@ async function main() {
         `${deepOffers}&cursor=${await cursorOfPage(deepOffers, 5, '/offers')}`,
       ],
     ];
-    for (const [label, query] of offerScenarios) {
+    for (const [label, query] of LOOP > 0 ? [] : offerScenarios) {
       const statements = await capture(pool, (db) => searchOffers(db, offerFilterOf(query)));
       offerRows.push(await measureList(label, `/offers?${query}`, statements));
     }
@@ -549,6 +557,22 @@ async function main() {
     // which made the first recorded row of each run do worst whatever it sent; a registry in production is warm.
     await overNats(FLEET_RATE, ANSWER_EVERY, true, 4);
     await overNats(FLEET_RATE, ANSWER_EVERY, false, 4);
+    if (LOOP > 0) {
+      const [, , label] = natsRuns.at(-1)!;
+      for (let round = 1; round <= LOOP; round++) {
+        const before = await heartbeatBatches();
+        const r = await overNats(FLEET_RATE, ANSWER_EVERY, true);
+        const after = await heartbeatBatches();
+        row(
+          `round ${round}/${LOOP}: ${label}`,
+          FLEET_RATE,
+          r,
+          (after.items - before.items) / Math.max(1, after.batches - before.batches),
+        );
+      }
+      schedulerProcess.stop();
+      return;
+    }
     for (const [rate, answerEvery, label, subjectIdentity] of natsRuns) {
       const before = await heartbeatBatches();
       const r = await overNats(rate, answerEvery, subjectIdentity);
