@@ -55,9 +55,19 @@ async function copyFolder(
   into: string,
   opts: CopyOptions,
 ): Promise<ObjectInfo[]> {
-  // A folder copied into itself, or into one that holds it, would read what it writes (and a run again nest deeper).
-  if (into.startsWith(prefix) || prefix.startsWith(into)) {
+  // A folder copied into itself is refused, as `cp -r dir dir/backup` is (run again, it would nest deeper). Into a
+  // folder that holds it (`runs/out/` to `runs/`), each object goes up, unless one would be written over another
+  // being copied (`runs/out/out/a` onto `runs/out/a`: which of the two `runs/a` got would depend on the order).
+  if (into.startsWith(prefix)) {
     throw new UsageError(`${shown(prefix)} and ${shown(into)} overlap: copy a folder to one outside it`);
+  }
+  const sources = new Set(objects.map((o) => o.key));
+  const clash = objects.find((o) => sources.has(`${into}${o.key.slice(prefix.length)}`));
+  if (clash) {
+    const onto = `${into}${clash.key.slice(prefix.length)}`;
+    throw new UsageError(
+      `${shown(clash.key)} would be copied onto ${shown(onto)}, which is copied too: copy ${shown(prefix)} to a folder outside it`,
+    );
   }
   const total = objects.reduce((sum, o) => sum + o.size, 0);
   const files = objects.filter((o) => !o.key.endsWith('/')).length;

@@ -282,10 +282,9 @@ describe('gpu storage cp and rm', () => {
       stderr: expect.stringContaining('name a remote side'),
     });
     expect(await keysUnder('elsewhere/')).toEqual([]);
-    // A folder into itself, or into one that holds it: refused before anything is copied.
+    // A folder into itself: refused before anything is copied.
     for (const [from, to] of [
       ['gpu:within/dir/', 'gpu:within/dir/backup'],
-      ['gpu:within/', 'gpu:'],
       ['gpu:', 'gpu:backup/'],
     ] as const) {
       expect(await gpu(['storage', 'cp', '-r', from, to]), `${from} ${to}`).toMatchObject({
@@ -293,6 +292,20 @@ describe('gpu storage cp and rm', () => {
         stderr: expect.stringContaining('overlap: copy a folder to one outside it'),
       });
     }
+    // Into a folder that holds it: each object goes up (to the top, `gpu:`, too)...
+    const up = answer(await gpu(['storage', 'cp', '-r', 'gpu:copied/sub/', 'gpu:', '--json']));
+    expect(up.map((o: { key: string }) => o.key)).toEqual(['y.txt']);
+    expect((await gpu(['storage', 'cp', 'gpu:y.txt', '-'])).stdout).toBe('y\n');
+    // ...unless one would land on another being copied: refused before anything is copied.
+    expect((await gpu(['storage', 'cp', 'gpu:copied/x.txt', 'gpu:copied/copied/x.txt'])).code).toBe(0);
+    const before = await keysUnder('');
+    expect(await gpu(['storage', 'cp', '-r', 'gpu:copied/', 'gpu:'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(
+        'gpu:copied/copied/x.txt would be copied onto gpu:copied/x.txt, which is copied too',
+      ),
+    });
+    expect(await keysUnder('')).toEqual(before);
     // The source's content type kept, not guessed again from the new key.
     const typed = answer(await gpu(['storage', 'cp', 'gpu:within/a.bin', 'gpu:other/a.txt', '--json']));
     expect(typed.content_type).toBe(sourceType);
