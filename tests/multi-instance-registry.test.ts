@@ -67,10 +67,8 @@ function lastBeats(beats: Beat[], n = 4): string {
  * an instance meanwhile wait in its database work.
  */
 function holdClocks(ids: string[]) {
-  let release!: () => void;
-  let onLocked!: () => void;
-  const released = new Promise<void>((resolve) => (release = resolve));
-  const locked = new Promise<void>((resolve) => (onLocked = resolve));
+  const { promise: released, resolve: release } = Promise.withResolvers<void>();
+  const { promise: locked, resolve: onLocked } = Promise.withResolvers<void>();
   const done = database.db.transaction().execute(async (tx) => {
     await sql`SELECT 1 FROM provider_liveness WHERE provider_id = ANY(${ids}::uuid[]) FOR UPDATE`.execute(tx);
     onLocked();

@@ -138,14 +138,8 @@ export class TimeMachine {
  * called: every usage update and billing of these sessions waits meanwhile, inside the instance that has it.
  */
 export async function lockSessions(db: Kysely<BillingDB>, ids: string[]): Promise<() => Promise<void>> {
-  let release!: () => void;
-  const released = new Promise<void>((r) => {
-    release = r;
-  });
-  let locked!: () => void;
-  const holding = new Promise<void>((r) => {
-    locked = r;
-  });
+  const { promise: released, resolve: release } = Promise.withResolvers<void>();
+  const { promise: holding, resolve: locked } = Promise.withResolvers<void>();
   const done = db.transaction().execute(async (trx) => {
     await sql`SELECT id FROM rental_sessions WHERE id = ANY(${ids}::uuid[]) ORDER BY id FOR UPDATE`.execute(trx);
     locked();

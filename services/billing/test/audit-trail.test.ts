@@ -100,14 +100,8 @@ describe('the audit trail of money going out', () => {
 
   it('records a withdrawal whose client hung up while it was sent, once it is confirmed', async () => {
     // The chain holds the transfer until the client has gone: the money still moves, and so must the record of it.
-    let sending!: () => void;
-    const atSend = new Promise<void>((r) => {
-      sending = r;
-    });
-    let release!: () => void;
-    const released = new Promise<void>((r) => {
-      release = r;
-    });
+    const { promise: atSend, resolve: sending } = Promise.withResolvers<void>();
+    const { promise: released, resolve: release } = Promise.withResolvers<void>();
     const held = Object.create(L.chain) as typeof L.chain;
     held.sendAndConfirm = async (prepared) => {
       sending();

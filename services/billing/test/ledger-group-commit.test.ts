@@ -244,14 +244,8 @@ describe('group commit of ledger transfers', () => {
     const [a, b] = await wallets(ctx, 2, '5');
     const fees = { system: 'platform_fees' } as const;
     const count = await transfersCount();
-    let unlock!: () => void;
-    const unlocked = new Promise<void>((r) => {
-      unlock = r;
-    });
-    let locked!: () => void;
-    const isLocked = new Promise<void>((r) => {
-      locked = r;
-    });
+    const { promise: unlocked, resolve: unlock } = Promise.withResolvers<void>();
+    const { promise: isLocked, resolve: locked } = Promise.withResolvers<void>();
     // Another transaction holds a's accounts and does not finish.
     const holder = h.db.transaction().execute(async (trx) => {
       await sql`SELECT id FROM ledger_accounts WHERE wallet_id = ${a!} FOR UPDATE`.execute(trx);

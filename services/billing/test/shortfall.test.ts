@@ -56,14 +56,8 @@ function holdable(chain: Chain) {
     chain: wrapped,
     /** The next call of `step` waits: `reached` resolves when it does, `release()` lets it go on. */
     hold(step: 'prepare' | 'send') {
-      let release!: () => void;
-      let reached!: () => void;
-      const released = new Promise<void>((r) => {
-        release = r;
-      });
-      const arrived = new Promise<void>((r) => {
-        reached = r;
-      });
+      const { promise: released, resolve: release } = Promise.withResolvers<void>();
+      const { promise: arrived, resolve: reached } = Promise.withResolvers<void>();
       gate = { step, reached, released };
       return { reached: arrived, release };
     },

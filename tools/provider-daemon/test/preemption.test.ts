@@ -94,10 +94,7 @@ describe('a preempted workload', () => {
     const m = await rig.machine();
     await rig.takeBids(m.providerId, '0.5');
     // The machine's GPUs are read just before a workload starts: held there, the bid's launch is caught preparing.
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      open = resolve;
-    });
+    const { promise: gate, resolve: open } = Promise.withResolvers<void>();
     const gpus = {
       kind: m.deps.gpus.kind,
       read: async () => {

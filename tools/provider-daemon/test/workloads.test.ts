@@ -381,10 +381,7 @@ describe("the daemon runs renters' workloads", () => {
     // Billing's outbox relay, as its background runs it: events out on `billing.events.<kind>`.
     const relay = new OutboxRelay(rig.billing.db, publisher, { subject: 'billing.events', logger });
     relay.start(50);
-    let subscribed!: () => void;
-    const listening = new Promise<void>((resolve) => {
-      subscribed = resolve;
-    });
+    const { promise: listening, resolve: subscribed } = Promise.withResolvers<void>();
     const runner = new WorkloadRunner({
       ...m.deps,
       nudges: (subject, onMessage) => {
