@@ -7,10 +7,12 @@
  */
 import { staticToken } from '@gpu/client';
 import { createLogger } from '@gpu/common';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { execStream, statusCode } from '../../cli/src/commands/reach.ts';
 import { ReachLink } from '../src/reach/link.ts';
+import type { Entry } from '../src/workloads/entry.ts';
 import type { WorkloadRunner } from '../src/workloads/runner.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
@@ -29,21 +31,34 @@ let machine: Awaited<ReturnType<typeof rig.machine>>;
 let runner: WorkloadRunner;
 let link: ReachLink;
 let billingUrl: string;
+/** What the link is given of a workload to enter it (a test replaces it to hold a workload as not set up yet). */
+let entering = (entry: Entry): Entry => entry;
 
 beforeAll(async () => {
-  machine = await rig.machine();
+  // A GPU for each test's session (most leave theirs running).
+  const gpus = Array.from({ length: 16 }, () => ({ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 }));
+  machine = await rig.machine({}, { gpus });
   runner = machine.runner();
   runner.run();
   billingUrl = machine.deps.config.billing_url;
-  link = new ReachLink({
+  link = dial();
+});
+
+/** The daemon's link to billing's relay, started (as the daemon starts it). */
+function dial(): ReachLink {
+  const started = new ReachLink({
     config: machine.deps.config,
     logger,
     token: machine.deps.token,
     providerId: () => machine.providerId,
-    entryOf: (id) => runner.entryOf(id),
+    entryOf: (id) => {
+      const entry = runner.entryOf(id);
+      return entry && entering(entry);
+    },
   });
-  link.start();
-});
+  started.start();
+  return started;
+}
 afterAll(async () => {
   await link?.stop();
   await runner?.stop();
@@ -130,6 +145,28 @@ describe('a renter reaches the workload they rent', () => {
     const ok = await exec(billingUrl, r.headers, r.id, ['true']);
     expect(ok.status).toEqual({ metadata: {}, status: 'Success' });
   });
+
+  it('starts a program once a workload just reported running can be entered, and says so when it cannot be', async () => {
+    const r = await idleSession();
+    // Its sandbox still being set up (no process to enter yet) for the first five looks: the program waits for it.
+    let looks = 0;
+    entering = (entry) => ({ ...entry, pid: () => (++looks <= 5 ? null : entry.pid()) });
+    try {
+      const res = await exec(billingUrl, r.headers, r.id, ['echo', 'entered']);
+      expect(res.out).toBe('entered\n');
+      expect(res.status).toEqual({ metadata: {}, status: 'Success' });
+      expect(looks).toBeGreaterThan(5);
+      // Never enterable: after the daemon's 15 s, the renter is told, with the exit status of a program not started.
+      entering = (entry) => ({ ...entry, pid: () => null });
+      const never = await exec(billingUrl, r.headers, r.id, ['echo', 'entered']);
+      expect(never.out).toBe('');
+      expect(never.err).toBe('gpu: the workload is not set up yet\n');
+      expect(statusCode(never.status!)).toBe(125);
+    } finally {
+      entering = (entry) => entry;
+      await rig.endSession(r.headers, r.id);
+    }
+  }, 60_000);
 
   it("gives `gpu exec` the program's output and exit code, and a terminal its size", async () => {
     const r = await idleSession();
@@ -309,14 +346,7 @@ describe('a renter reaches the workload they rent', () => {
     );
     expect(meanwhile.refused).toMatchObject({ status: 409, problem: { code: 'DAEMON_NOT_CONNECTED' } });
     // A daemon that comes back (a restart) dials again, and the workload can be reached again.
-    link = new ReachLink({
-      config: machine.deps.config,
-      logger,
-      token: machine.deps.token,
-      providerId: () => machine.providerId,
-      entryOf: (id) => runner.entryOf(id),
-    });
-    link.start();
+    link = dial();
     const again = await until(
       () => exec(billingUrl, r.headers, r.id, ['echo', 'back']),
       (x) => x.refused === null,
@@ -324,4 +354,39 @@ describe('a renter reaches the workload they rent', () => {
     );
     expect(again.out).toBe('back\n');
   });
+
+  it('lets a connection go whose record failed, so that the machine dials again and every instance finds it', async () => {
+    const r = await idleSession();
+    const second = await rig.secondBilling();
+    const db = rig.billing.db;
+    // The next connection's record fails once (the database refuses it), as a database fault would.
+    await sql`CREATE SEQUENCE reach_claims_tried`.execute(db);
+    await sql`CREATE FUNCTION refuse_first_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF nextval('reach_claims_tried') = 1 THEN RAISE EXCEPTION 'the test refuses this claim'; END IF;
+        RETURN NEW;
+      END $$`.execute(db);
+    await sql`CREATE TRIGGER refuse_first_claim BEFORE INSERT OR UPDATE OF link_id ON reach_links
+      FOR EACH ROW EXECUTE FUNCTION refuse_first_claim()`.execute(db);
+    try {
+      await link.stop();
+      link = dial();
+      // Reached through the instance that does not hold the connection, which finds it by its record: made once the
+      // daemon, let go after its first record failed, dialled again (a connection kept unrecorded is found by none).
+      const found = await until(
+        () => exec(second.url, r.headers, r.id, ['echo', 'found']),
+        (x) => x.refused === null,
+        30_000,
+      );
+      expect(found.out).toBe('found\n');
+      const { rows } = await sql<{ tried: string }>`SELECT last_value AS tried FROM reach_claims_tried`.execute(db);
+      expect(Number(rows[0]!.tried)).toBeGreaterThanOrEqual(2);
+    } finally {
+      await sql`DROP TRIGGER refuse_first_claim ON reach_links`.execute(db);
+      await sql`DROP FUNCTION refuse_first_claim()`.execute(db);
+      await sql`DROP SEQUENCE reach_claims_tried`.execute(db);
+      await second.close();
+      await rig.endSession(r.headers, r.id);
+    }
+  }, 60_000);
 });
