@@ -62,6 +62,9 @@ function lastBeats(beats: Beat[], n = 4): string {
     .join(', ');
 }
 
+/** How long ago a request unanswered by an instance was sent for the test to count it as received there. */
+const RECEIVED_AFTER_MS = 1_000;
+
 /**
  * Holds the machines' narrow rows (where a heartbeat moves the clock) locked until `release()`: heartbeats that reach
  * an instance meanwhile wait in its database work.
@@ -344,11 +347,14 @@ describe('two provider-registry instances on one PostgreSQL', () => {
       // so every machine's clock is held for a moment, and those that reach it wait in its database work.
       // Signalled only once heartbeats are in flight there: sent to it, not answered, and one of them inside its
       // database work, waiting for the held clocks (what PostgreSQL reports of its sessions). A loaded machine takes
-      // longer to get there: each hold lasts 3 s at most (far below the client's 15 s patience and the instance's
+      // longer to get there: each hold lasts 4 s at most (far below the client's 15 s patience and the instance's
       // request timeout, past which a request would end unanswered with its write still to come), and is tried again
       // until one works (a minute at most), rather than signalling with none.
       // The requests in flight are read once it waits on the held clocks (read before, they may have been answered
       // by then on a loaded machine, the one waiting sent since): while the clocks are held, these stay unanswered.
+      // Only those sent a second or more before count: a request just sent may not have reached the instance yet (on
+      // a busy machine it may wait that long for a core to accept or read it), and one the signal finds unread is
+      // refused, as any after the signal is (a CI run saw 5 of 10 requests 30 ms old end with no answer).
       const deadline = Date.now() + 60_000;
       let inFlight: Beat[] = [];
       let held: ReturnType<typeof holdClocks>;
@@ -358,7 +364,9 @@ describe('two provider-registry instances on one PostgreSQL', () => {
         const until = Date.now() + 3_000;
         while (Date.now() < until) {
           if (await workingOnHeldClocks(instance.name)) {
-            inFlight = load.inFlightTo(instance.name, 30);
+            // The clocks stay held meanwhile: what it received stays unanswered.
+            await sleep(RECEIVED_AFTER_MS);
+            inFlight = load.inFlightTo(instance.name, RECEIVED_AFTER_MS);
             if (inFlight.length > 0) break;
           }
           await sleep(10);
