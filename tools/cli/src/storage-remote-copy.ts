@@ -61,12 +61,13 @@ async function copyFolder(
   if (into.startsWith(prefix)) {
     throw new UsageError(`${shown(prefix)} and ${shown(into)} overlap: copy a folder to one outside it`);
   }
+  /** Where an object of the folder is copied to: its key past `prefix`, under `into`. */
+  const destination = (key: string) => `${into}${key.slice(prefix.length)}`;
   const sources = new Set(objects.map((o) => o.key));
-  const clash = objects.find((o) => sources.has(`${into}${o.key.slice(prefix.length)}`));
+  const clash = objects.find((o) => sources.has(destination(o.key)));
   if (clash) {
-    const onto = `${into}${clash.key.slice(prefix.length)}`;
     throw new UsageError(
-      `${shown(clash.key)} would be copied onto ${shown(onto)}, which is copied too: copy ${shown(prefix)} to a folder outside it`,
+      `${shown(clash.key)} would be copied onto ${shown(destination(clash.key))}, which is copied too: copy ${shown(prefix)} to a folder outside it`,
     );
   }
   const total = objects.reduce((sum, o) => sum + o.size, 0);
@@ -79,10 +80,10 @@ async function copyFolder(
     etag: o.etag,
     version: { size: o.size, etag: o.etag, lastModified: o.last_modified, contentType: o.content_type },
     from: shown(o.key),
-    to: shown(`${into}${o.key.slice(prefix.length)}`),
+    to: shown(destination(o.key)),
   }));
   return copyEach(ctx, copies, progress, { what: shown(prefix), done: 'stored' }, async (c) => {
-    const to = refOf(`${into}${c.key.slice(prefix.length)}`, opts.bucket);
+    const to = refOf(destination(c.key), opts.bucket);
     const copied = await copyObject(ctx, refOf(c.key, opts.bucket), to, progress, c.version, 1);
     await opts.removeSource?.({ key: c.key, etag: c.etag });
     return copied;
