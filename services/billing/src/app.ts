@@ -216,6 +216,13 @@ export async function buildApp(deps: BillingDeps, context: BillingContext = bill
     schemas,
     examples:
       'withdrawal, deposit, payout (automatic ones too), payout_settings_changed, rates_changed, payouts_paused, payouts_resumed',
+    outcomes: {
+      values: ['requested', 'succeeded', 'refused', 'failed'],
+      describe:
+        'requested: written before the action, whose later events name it (details.requested); one that nothing ' +
+        'names was cut short (the ledger says whether it happened); succeeded; refused: not allowed, or the request ' +
+        'was wrong; failed: the service could not do it',
+    },
   });
   return app;
 }

@@ -1,9 +1,11 @@
 /**
  * Billing's audit trail: every answer of a money-out route and of a deposit, allowed or refused, is appended with who,
- * from where, in which request, what and the outcome, and every automatic payout with what was paid where; admins read
- * it; the database refuses to change it. Against the local chain.
+ * from where, in which request, what and the outcome, and every automatic payout with what was paid where, each after
+ * a `requested` event written before anything is done (so a crash before the outcome's event leaves a trace); admins
+ * read it; the database refuses to change it. Against the local chain.
  */
 
+import { readFile } from 'node:fs/promises';
 import { lockWaiters } from '@gpu/common/testing';
 import { Keypair } from '@solana/web3.js';
 import { sql } from 'kysely';
@@ -25,6 +27,70 @@ async function eventually(query: string, n: number, harness: BillingHarness = h)
     events = await read();
   }
   return events;
+}
+
+interface AuditEvent {
+  id: string;
+  action: string;
+  outcome: string;
+  actor_id: string | null;
+  target: string | null;
+  request_id: string | null;
+  details: Record<string, unknown>;
+}
+
+/**
+ * The outcomes among `events` (in the trail's order), each checked to name the `requested` event its request wrote
+ * before its handler ran (same action, actor, target and request), and every `requested` event there named by one.
+ */
+function outcomesOf(events: AuditEvent[]): AuditEvent[] {
+  const requested = new Map(events.filter((e) => e.outcome === 'requested').map((e) => [e.id, e]));
+  const outcomes = events.filter((e) => e.outcome !== 'requested');
+  for (const o of outcomes) {
+    const asked = requested.get(o.details.requested as string);
+    expect(asked, `the requested event of ${JSON.stringify(o)}`).toMatchObject({
+      action: o.action,
+      actor_id: o.actor_id,
+      target: o.target,
+      request_id: o.request_id,
+    });
+  }
+  const named = new Set(outcomes.map((o) => o.details.requested));
+  expect([...requested.keys()].filter((id) => !named.has(id))).toEqual([]);
+  return outcomes;
+}
+
+/**
+ * Runs `act` while the database refuses to append `target`'s events that meet `when` (a condition on `NEW`), as the
+ * test server's superuser can make it; its result once every event of its answer is appended or refused.
+ */
+async function refusingEvents<T>(target: string, when: string, act: () => Promise<T>): Promise<T> {
+  await sql`
+    CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.target = ${sql.lit(target)} AND ${sql.raw(when)} THEN RAISE EXCEPTION 'refused by the test'; END IF;
+      RETURN NEW;
+    END $$`.execute(h.db);
+  await sql`CREATE TRIGGER a_refuse_events BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_events()`.execute(
+    h.db,
+  );
+  try {
+    const result = await act();
+    await h.app.auditAppended!();
+    return result;
+  } finally {
+    await sql`DROP TRIGGER a_refuse_events ON audit_events`.execute(h.db);
+    await sql`DROP FUNCTION refuse_events()`.execute(h.db);
+  }
+}
+
+/** The `requested` events that no later event names, by the query billing's README gives operators (run as written). */
+async function unanswered() {
+  const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
+  const query = /an operator lists them with\s+```sql\n([^`]+)```/.exec(readme)?.[1];
+  expect(query, 'the query in README.md, "The audit trail"').toBeDefined();
+  const { rows } = await sql<{ id: string }>`${sql.raw(query!.trim().replace(/;$/, ''))}`.execute(h.db);
+  return rows;
 }
 
 beforeAll(async () => {
@@ -54,15 +120,19 @@ describe('the audit trail of money going out', () => {
     });
     expect(refused.statusCode).toBe(403);
 
-    // Each event is written once its answer is sent: read until both are there.
+    // Each request is written before its handler acts, and its outcome once its answer is sent: read until the four
+    // are there.
     const read = () => h.app.inject({ url: `/api/v1/billing/audit?action=withdrawal&target=wallet:${w.id}` });
     let trail = await read();
-    for (let i = 0; i < 400 && trail.json().length < 2; i++) {
+    for (let i = 0; i < 400 && trail.json().length < 4; i++) {
       await new Promise((r) => setTimeout(r, 50));
       trail = await read();
     }
     expect(trail.statusCode, trail.body).toBe(200);
-    expect(trail.json()).toMatchObject([
+    const asked = trail.json().find((e: AuditEvent) => e.request_id === 'req-withdraw-1' && e.outcome === 'requested');
+    // What was asked, by whom, before anything moved.
+    expect(asked).toMatchObject({ actor_id: renter.id, address: '198.51.100.20', details: { amount: '5' } });
+    expect(outcomesOf(trail.json())).toMatchObject([
       {
         outcome: 'succeeded',
         actor_id: renter.id,
@@ -96,6 +166,8 @@ describe('the audit trail of money going out', () => {
     expect(acted.json()).toMatchObject([
       { outcome: 'refused', actor_kind: 'client', details: { status_code: 403, acting_for: renter.id } },
     ]);
+    // Refused by the access check: its handler was never reached, so nothing was requested.
+    expect(acted.json()[0].details.requested).toBeUndefined();
   });
 
   it('records a withdrawal whose client hung up while it was sent, once it is confirmed', async () => {
@@ -126,8 +198,8 @@ describe('the audit trail of money going out', () => {
       client.abort();
       await expect(asked).rejects.toThrow();
       release();
-      const events = await eventually(`action=withdrawal&target=wallet:${w.id}`, 1, harness);
-      expect(events).toMatchObject([
+      const events = await eventually(`action=withdrawal&target=wallet:${w.id}`, 2, harness);
+      expect(outcomesOf(events)).toMatchObject([
         {
           outcome: 'succeeded',
           actor_id: renter.id,
@@ -160,7 +232,7 @@ describe('the audit trail of money going out', () => {
     expect(credited.statusCode, credited.body).toBe(201);
     expect((await deposit()).statusCode).toBe(409);
     // Each answer's event is written as it is sent: two requests in a row may land in either order.
-    const deposits = (await eventually(`action=deposit&target=wallet:${w.id}`, 2)).sort(
+    const deposits = outcomesOf(await eventually(`action=deposit&target=wallet:${w.id}`, 4)).sort(
       (a: { outcome: string }, b: { outcome: string }) =>
         a.outcome === 'succeeded' ? -1 : b.outcome === 'succeeded' ? 1 : 0,
     );
@@ -186,12 +258,22 @@ describe('the audit trail of money going out', () => {
     });
     expect(setting.statusCode, setting.body).toBe(200);
     await settleAutoPayouts(h.ctx);
-    const payouts = await eventually(`action=payout&target=provider:${machine}`, 1);
+    const payouts = await eventually(`action=payout&target=provider:${machine}`, 2);
+    const [paid] = await h.db.selectFrom('transactions').select('id').where('wallet_id', '=', provider.id).execute();
+    // The request, in the debit's own transaction (with the transaction it made), then its outcome naming it.
     expect(payouts).toMatchObject([
+      { outcome: 'requested', actor_id: null, details: { automatic: true, id: paid!.id, amount: '15.000000' } },
       {
         outcome: 'succeeded',
         actor_id: null,
-        details: { automatic: true, wallet_id: provider.id, amount: '15.000000', destination, status: 'confirmed' },
+        details: {
+          requested: payouts[0].id,
+          automatic: true,
+          wallet_id: provider.id,
+          amount: '15.000000',
+          destination,
+          status: 'confirmed',
+        },
       },
     ]);
     expect(await L.chain.tokenBalance(destination)).toBe('15');
@@ -200,14 +282,15 @@ describe('the audit trail of money going out', () => {
   it('keeps the event of an answer sent while the service stops: its close waits for the append', async () => {
     const renter = await h.issuer.user(['renter']);
     const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
-    const stranger = await h.issuer.user(['renter']);
+    // A machine client of the renter's, which the access check refuses before any handler (nothing is requested).
+    const daemon = await h.issuer.client('daemon', renter.id);
     // The chain's head held: the append of the refused withdrawal's event waits for it.
     const appended = await h.db.transaction().execute(async (trx) => {
       await sql`SELECT 1 FROM audit_chain FOR UPDATE`.execute(trx);
       const refused = await h.app.inject({
         method: 'POST',
         url: `/api/v1/wallet/${w.id}/withdraw`,
-        headers: stranger.headers,
+        headers: daemon.headers,
         payload: { amount: '5', destination: Keypair.generate().publicKey.toBase58() },
       });
       expect(refused.statusCode).toBe(403);
@@ -249,16 +332,18 @@ describe('the audit trail of money going out', () => {
       });
       // Let go, the change is made: the trail says so beside the answer the caller had.
       // The two are appended side by side (the 503's as its response closes): either may come first in the trail.
-      const failedFirst = (events: { outcome: string }[]) =>
+      const failedFirst = <E extends { outcome: string }>(events: E[]) =>
         [...events].sort((a, b) => Number(b.outcome === 'failed') - Number(a.outcome === 'failed'));
       const events = failedFirst(
-        await eventually(`action=payout_settings_changed&target=provider:${machine}`, 2, slow),
+        outcomesOf(await eventually(`action=payout_settings_changed&target=provider:${machine}`, 3, slow)),
       );
       expect(events).toMatchObject([
         { outcome: 'failed', request_id: 'req-timed-out', details: { status_code: 503, code: 'REQUEST_TIMEOUT' } },
         { outcome: 'succeeded', request_id: 'req-timed-out', details: { after_timeout: true, auto_payout: false } },
       ]);
       expect(events).toHaveLength(2);
+      // Both name the one request.
+      expect(events[0]!.details.requested).toBe(events[1]!.details.requested);
 
       // A withdrawal (its answer sent by the idempotent path, not returned) held past the limit: its money leaves
       // after the 503, and the trail has the transaction it made.
@@ -275,7 +360,7 @@ describe('the audit trail of money going out', () => {
         expect(answer.statusCode, answer.body).toBe(503);
         await lockWaiters(slow.db, 1);
       });
-      const withdrawals = failedFirst(await eventually(`action=withdrawal&target=wallet:${w.id}`, 2, slow));
+      const withdrawals = failedFirst(outcomesOf(await eventually(`action=withdrawal&target=wallet:${w.id}`, 3, slow)));
       const [made] = await slow.db
         .selectFrom('transactions')
         .select(['id'])
@@ -295,6 +380,50 @@ describe('the audit trail of money going out', () => {
     } finally {
       await slow.close();
     }
+  });
+
+  it('keeps a withdrawal whose outcome was never appended: its request was in the trail before money moved', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+    // The database refuses this wallet's outcome events, as a service that died once the money had moved would never
+    // have written them.
+    const sent = await refusingEvents(`wallet:${w.id}`, "NEW.outcome <> 'requested'", () =>
+      h.app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${w.id}/withdraw`,
+        headers: { ...renter.headers, 'x-request-id': 'req-outcome-lost' },
+        payload: { amount: '5' },
+      }),
+    );
+    expect(sent.statusCode, sent.body).toBe(200);
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '15.000000' });
+    const events = await h.db.selectFrom('audit_events').selectAll().where('target', '=', `wallet:${w.id}`).execute();
+    expect(events).toMatchObject([
+      { outcome: 'requested', actor_id: renter.id, request_id: 'req-outcome-lost', details: { amount: '5' } },
+    ]);
+    // Found as the README says an operator finds them: a request that no later event names.
+    expect(await unanswered()).toContainEqual(expect.objectContaining({ id: events[0]!.id }));
+  });
+
+  it('acts on nothing the trail did not take: a request whose event cannot be appended moves no money', async () => {
+    const renter = await h.issuer.user(['renter']);
+    const w = await h.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+    const sent = await refusingEvents(`wallet:${w.id}`, "NEW.outcome = 'requested'", () =>
+      h.app.inject({
+        method: 'POST',
+        url: `/api/v1/wallet/${w.id}/withdraw`,
+        headers: renter.headers,
+        payload: { amount: '5' },
+      }),
+    );
+    expect(sent.statusCode).toBe(500);
+    expect(sent.json()).toMatchObject({ code: 'INTERNAL_ERROR' });
+    expect(await h.balanceOf(w.id)).toMatchObject({ available: '20.000000' });
+    expect(await h.db.selectFrom('transactions').select('id').where('wallet_id', '=', w.id).execute()).toEqual([]);
+    // Its answer is in the trail, with no request to name.
+    const events = await eventually(`target=wallet:${w.id}`, 1);
+    expect(events).toMatchObject([{ outcome: 'failed', actor_id: renter.id, details: { status_code: 500 } }]);
+    expect(events[0].details.requested).toBeUndefined();
   });
 
   it('keeps no field of a body its schema refused, and records any refused path as text it can store', async () => {

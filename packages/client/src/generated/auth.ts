@@ -717,7 +717,10 @@ export interface components {
             };
             /** Format: uuid */
             id: string;
-            /** @enum {string} */
+            /**
+             * @description succeeded; refused: not allowed, or the request was wrong; failed: the service could not do it
+             * @enum {string}
+             */
             outcome: "succeeded" | "refused" | "failed";
             request_id: string | null;
             /**

@@ -1182,8 +1182,11 @@ export interface components {
             };
             /** Format: uuid */
             id: string;
-            /** @enum {string} */
-            outcome: "succeeded" | "refused" | "failed";
+            /**
+             * @description requested: written before the action, whose later events name it (details.requested); one that nothing names was cut short (the ledger says whether it happened); succeeded; refused: not allowed, or the request was wrong; failed: the service could not do it
+             * @enum {string}
+             */
+            outcome: "requested" | "succeeded" | "refused" | "failed";
             request_id: string | null;
             /**
              * Format: int64
@@ -2643,7 +2646,7 @@ export interface operations {
                 from?: string & unknown;
                 /** @description how many items the page holds at most (1-1000, default 100); fewer does not mean the last page: the last page names no next one */
                 limit?: number;
-                outcome?: "succeeded" | "refused" | "failed";
+                outcome?: "requested" | "succeeded" | "refused" | "failed";
                 target?: string;
                 /** @description RFC 3339 date-time, written with a year from 1970 to 2099 */
                 to?: string & unknown;

@@ -9,7 +9,11 @@ import type { Principal } from '../auth/principal.ts';
 import type { KeysetPosition } from '../paging.ts';
 import { cursorAt, newerThan } from './keyset.ts';
 
-export type AuditOutcome = 'succeeded' | 'refused' | 'failed';
+/**
+ * How an action ended: `succeeded`, `refused` (the caller's fault or not allowed), `failed` (the service's fault), or
+ * `requested`: written before a handler acts (billing's money routes, http/audit-hook.ts), its outcome a later event.
+ */
+export type AuditOutcome = 'requested' | 'succeeded' | 'refused' | 'failed';
 
 export interface AuditEventsTable {
   id: Generated<string>;
@@ -65,10 +69,10 @@ export function auditActor(p: Principal): NonNullable<AuditEntry['actor']> {
   return { id: p.subject, kind: p.kind, credential: p.keyId ?? null };
 }
 
-/** Appends one event. */
-export async function appendAudit<DB extends AuditEventsDatabase>(db: Kysely<DB>, entry: AuditEntry): Promise<void> {
+/** Appends one event; its ID. */
+export async function appendAudit<DB extends AuditEventsDatabase>(db: Kysely<DB>, entry: AuditEntry): Promise<string> {
   const d = db as unknown as Kysely<AuditEventsDatabase>;
-  await d
+  const { id } = await d
     .insertInto('audit_events')
     .values({
       action: entry.action,
@@ -81,7 +85,9 @@ export async function appendAudit<DB extends AuditEventsDatabase>(db: Kysely<DB>
       details: JSON.stringify(entry.details ?? {}),
       request_id: entry.requestId ?? null,
     })
-    .execute();
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return id;
 }
 
 export interface AuditFilter {

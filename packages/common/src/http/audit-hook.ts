@@ -7,7 +7,14 @@
  * its response closes (sent, or its client gone first): who (the token's subject, kind and API key), from where, in
  * which request, what (the route's first path parameter as the target, the body fields named of a body its schema
  * accepted, the answer's `id`, `status` or problem `code`; all as text PostgreSQL stores, none longer than 512
- * characters) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed). A request answered 503 REQUEST_TIMEOUT
+ * characters) and the outcome (2xx/3xx succeeded, 4xx refused, 5xx failed).
+ *
+ * Write-ahead: before the handler runs (once the access check and the schema let the request through), a `requested`
+ * event with who, from where, the target and the named body fields is appended and awaited; the handler does not run
+ * unless it is in the trail (an append that fails answers the request's error, 503 when the database is away). Every
+ * later event of the request names it (`details.requested`: its ID, not the caller's request ID, which the caller
+ * picks). So a crash between the handler's commit and its answer's event leaves a `requested` event that nothing names:
+ * the action may have happened, the ledger says whether. A request answered 503 REQUEST_TIMEOUT
  * while its handler was at work gets a second event once the handler is done (`details.after_timeout`), with what it
  * did. A request the access check
  * refused before the handler is recorded too. The service's close waits for the appends under way (`auditAppended`)
@@ -108,30 +115,47 @@ export const auditHook = fp(
     });
     // The named body fields, once the route's schema accepted the body (preHandler runs after validation).
     const fieldsOf = new WeakMap<FastifyRequest, Record<string, unknown>>();
-    app.addHook('preHandler', async (request: FastifyRequest) => {
-      const audit = request.routeOptions.config?.audit;
-      if (audit) fieldsOf.set(request, picked(request.body, audit.body));
-    });
-    /** Appends the route's event: its outcome, and what of the answer is kept (`status_code` first). */
-    const append = (request: FastifyRequest, outcome: AuditOutcome, answer: Record<string, unknown>) => {
-      const audit = request.routeOptions.config?.audit;
-      if (!audit) return;
+    // The ID of the request's `requested` event, once it is in the trail.
+    const requestedOf = new WeakMap<FastifyRequest, string>();
+    /** The request's event: who, from where, to what, its outcome and `details` (`status_code` first). */
+    const eventOf = (
+      request: FastifyRequest,
+      action: string,
+      outcome: AuditOutcome,
+      answer: Record<string, unknown>,
+    ) => {
       const p = request.principal;
       const { status_code, ...rest } = answer;
-      const appended: Promise<void> = appendAudit(opts.db, {
-        action: audit.action,
+      const requested = requestedOf.get(request);
+      return {
+        action,
         outcome,
         actor: p && !p.unchecked ? auditActor(p) : null,
         address: request.clientIp,
         target: targetOf(request.params),
         details: {
           ...(status_code !== undefined ? { status_code } : {}),
+          ...(requested !== undefined ? { requested } : {}),
           ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
           ...fieldsOf.get(request),
           ...rest,
         },
         requestId: String(request.id),
-      })
+      };
+    };
+    app.addHook('preHandler', async (request: FastifyRequest) => {
+      const audit = request.routeOptions.config?.audit;
+      if (!audit) return;
+      fieldsOf.set(request, picked(request.body, audit.body));
+      // Awaited: the handler acts only once the trail says it was asked to.
+      requestedOf.set(request, await appendAudit(opts.db, eventOf(request, audit.action, 'requested', {})));
+    });
+    /** Appends the route's event: its outcome, and what of the answer is kept (`status_code` first). */
+    const append = (request: FastifyRequest, outcome: AuditOutcome, answer: Record<string, unknown>) => {
+      const audit = request.routeOptions.config?.audit;
+      if (!audit) return;
+      const appended: Promise<void> = appendAudit(opts.db, eventOf(request, audit.action, outcome, answer))
+        .then(() => undefined)
         .catch((err: unknown) =>
           request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),
         )

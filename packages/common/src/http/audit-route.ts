@@ -6,7 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
-import { listAudit } from '../db/audit-trail.ts';
+import { type AuditOutcome, listAudit } from '../db/audit-trail.ts';
 import { verifyAuditChain } from '../db/audit-verify.ts';
 import { errors } from '../errors.ts';
 import { PAGE_HEADERS, type SchemaRegistry } from '../openapi/route-docs.ts';
@@ -17,15 +17,27 @@ import { problemSchema } from './problem-schema.ts';
 
 export function auditTrailRoute(
   app: FastifyInstance,
-  opts: { db: Kysely<never>; url: string; schemas: SchemaRegistry; examples: string },
+  opts: {
+    db: Kysely<never>;
+    url: string;
+    schemas: SchemaRegistry;
+    examples: string;
+    /** The outcomes its events may have, described (default: succeeded, refused, failed). */
+    outcomes?: { values: readonly [AuditOutcome, ...AuditOutcome[]]; describe: string };
+  },
 ): void {
+  const outcomes = opts.outcomes ?? {
+    values: ['succeeded', 'refused', 'failed'] as const,
+    describe: 'succeeded; refused: not allowed, or the request was wrong; failed: the service could not do it',
+  };
+  const outcome = z.enum(outcomes.values);
   const auditEventSchema = z
     .object({
       id: z.uuid(),
       at: z.string().describe('RFC 3339, UTC, to the microsecond: when the event joined the chain'),
       seq: z.number().int().describe('its place in the chain: 1, 2, 3, … (GET …/audit/verify checks it)'),
       action: z.string().describe(opts.examples),
-      outcome: z.enum(['succeeded', 'refused', 'failed']),
+      outcome: outcome.describe(outcomes.describe),
       actor_id: z.string().nullable().describe("a user's or a machine client's ID; null when nobody known acted"),
       actor_kind: z.enum(['user', 'client']).nullable(),
       actor_credential: z.string().nullable().describe("the API key's ID (or mailed_code) when not the sign-in itself"),
@@ -54,7 +66,7 @@ export function auditTrailRoute(
           action: z.string().min(1).max(100).optional(),
           actor_id: z.uuid().optional(),
           target: z.string().min(1).max(200).optional(),
-          outcome: z.enum(['succeeded', 'refused', 'failed']).optional(),
+          outcome: outcome.optional(),
           from: zTimestamp().optional(),
           to: zTimestamp().optional(),
         }),
@@ -68,7 +80,7 @@ export function auditTrailRoute(
         action?: string;
         actor_id?: string;
         target?: string;
-        outcome?: 'succeeded' | 'refused' | 'failed';
+        outcome?: AuditOutcome;
         from?: string;
         to?: string;
       };

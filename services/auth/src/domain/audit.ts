@@ -92,7 +92,10 @@ export async function auditedChange<T>(
       const { row, log } = entryOf(ctx, event);
       // Written only once the transaction commits (a failed append of a change throws, and nothing is logged).
       logs.push(() => log(message));
-      if (!opts.revocation) return appendAudit<AuthDatabase>(trx, row);
+      if (!opts.revocation) {
+        await appendAudit<AuthDatabase>(trx, row);
+        return;
+      }
       await sql`SAVEPOINT audit_event`.execute(trx);
       try {
         await appendAudit<AuthDatabase>(trx, row);

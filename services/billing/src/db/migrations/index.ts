@@ -44,6 +44,7 @@ import { jobRequestHashMigration } from './0040-job-request-hash.ts';
 import { sessionOutbidMigration } from './0041-session-outbid.ts';
 import { openJobsByRenterMigration } from './0042-open-jobs-by-renter.ts';
 import { portGrantsBySessionMigration } from './0043-port-grants-by-session.ts';
+import { auditRequestedMigration } from './0044-audit-requested.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -90,5 +91,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0041-session-outbid': sessionOutbidMigration,
     '0042-open-jobs-by-renter': openJobsByRenterMigration,
     '0043-port-grants-by-session': portGrantsBySessionMigration,
+    '0044-audit-requested': auditRequestedMigration,
   };
 }

@@ -15,6 +15,8 @@
  * (INSUFFICIENT_FUNDS, not an error); within one instance one attempt per wallet runs at a time.
  */
 import { type AuditOutcome, appendAudit, forEachLimited, type Principal } from '@gpu/common';
+import type { Kysely } from 'kysely';
+import type { BillingDB } from '../../db/schema.ts';
 import {
   findWallet,
   lockAutoPayoutTo,
@@ -141,13 +143,25 @@ export async function payOutEarnings(
   const available = new Dec(balances?.available ?? 0);
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
   const failed = (why: string) => backOffAutoPayout(ctx, row, why);
+  // The `requested` event, written in the debit's transaction (both or neither), which every later one names.
+  let requested: string | undefined;
+  const event = (outcome: AuditOutcome, details: Record<string, unknown>) => ({
+    action: 'payout',
+    outcome,
+    target: `provider:${row.owner_id}`,
+    details: {
+      ...(requested !== undefined ? { requested } : {}),
+      automatic: true,
+      wallet_id: walletId,
+      amount: available.toFixed(ctx.scale),
+      destination,
+      ...details,
+    },
+  });
   const audit = (outcome: AuditOutcome, details: Record<string, unknown>) =>
-    appendAudit(ctx.db, {
-      action: 'payout',
-      outcome,
-      target: `provider:${row.owner_id}`,
-      details: { automatic: true, wallet_id: walletId, amount: available.toFixed(ctx.scale), destination, ...details },
-    }).catch((err: unknown) => ctx.logger.error({ err, action: 'payout' }, 'appending to the audit trail failed'));
+    appendAudit(ctx.db, event(outcome, details)).catch((err: unknown) =>
+      ctx.logger.error({ err, action: 'payout' }, 'appending to the audit trail failed'),
+    );
   let paid: Awaited<ReturnType<typeof startChainPayout>>;
   try {
     paid = await startChainPayout(
@@ -160,6 +174,10 @@ export async function payOutEarnings(
         correlationId,
         guard: async (trx) => {
           if ((await lockAutoPayoutTo(trx, walletId)) !== destination) throw billingErrors.autoPayoutChanged(walletId);
+        },
+        // Last in the debit's transaction: appending holds the trail's one lock until it commits.
+        debited: async (trx, pending) => {
+          requested = await appendAudit(trx as Kysely<BillingDB>, event('requested', { id: pending.id }));
         },
       },
       null,

@@ -58,6 +58,11 @@ export interface ChainPayoutRequest {
    * nothing debited or sent. An automatic payout checks there that its address is still the wallet's setting.
    */
   guard?: (trx: Transaction<BillingDB>) => Promise<void>;
+  /**
+   * Run last in the debit's transaction, with the pending record: what it writes commits with the debit or not at all.
+   * An automatic payout appends its `requested` audit event there.
+   */
+  debited?: (trx: Transaction<BillingDB>, pending: TransactionRow) => Promise<void>;
 }
 
 /** Whether a signature state meets the configured commitment. */
@@ -156,6 +161,7 @@ export async function recordIntent(
     await idem?.claim(trx, id);
     const pending = (await getTransaction(trx, id))!;
     await ctx.events.record(trx, { kind: `${req.type}.pending`, transaction: pending }, req.correlationId);
+    await req.debited?.(trx, pending);
     return pending;
   });
 }
