@@ -13,7 +13,6 @@ import {
   durationMs,
   type Logger,
   Outbox,
-  RateLimiter,
   type TokenVerifier,
 } from '@gpu/common';
 import type { Kysely } from 'kysely';
@@ -97,9 +96,7 @@ export function billingContext(deps: BillingDeps): BillingContext {
     minimumPayout: deps.config.billing.minimum_payout,
     tokenAccountFee: new Dec(deps.config.billing.token_account_fee).toDecimalPlaces(scale, Dec.ROUND_UP).toFixed(),
     withdrawalLimit:
-      deps.config.billing.withdrawals_per_hour > 0
-        ? { limiter: new RateLimiter(deps.db), perHour: deps.config.billing.withdrawals_per_hour }
-        : null,
+      deps.config.billing.withdrawals_per_hour > 0 ? { perHour: deps.config.billing.withdrawals_per_hour } : null,
     pricing: {
       card: {
         baseRates: normalizeRateTable(deps.config.pricing.base_rates),

@@ -146,9 +146,9 @@ export const billingConfigSchema = z.object({
        */
       token_account_fee: zDecimal().default('0.5'),
       /**
-       * How many withdrawals one wallet may make in an hour, counted across every instance; more are refused (429
-       * RATE_LIMITED, Retry-After) with nothing debited. Each costs the treasury a transaction fee in SOL whatever its
-       * amount. 0: no limit.
+       * How many withdrawals one wallet may make in any hour (the hour before each request), counted from its records
+       * across every instance; more are refused (429 RATE_LIMITED, Retry-After) with nothing debited. Each costs the
+       * treasury a transaction fee in SOL whatever its amount. 0: no limit.
        */
       withdrawals_per_hour: zInt(0, 1_000_000).default(30),
       /**

@@ -3,7 +3,6 @@
  * creation, chain failure reversal, idempotency, and reconciliation after a
  * crash at each point between debit and settlement.
  */
-import { RateLimiter } from '@gpu/common';
 import { Keypair } from '@solana/web3.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { getTransaction } from '../src/db/transaction-repository.ts';
@@ -120,7 +119,7 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
 
   it('lets a wallet make withdrawals_per_hour withdrawals an hour, concurrent ones too; a refused one moves nothing', async () => {
     const before = h.ctx.withdrawalLimit;
-    h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 2 };
+    h.ctx.withdrawalLimit = { perHour: 2 };
     try {
       const w = await h.fundedWallet('10', 'user', fresh());
       // One refused for its amount (nothing debited) does not count.
@@ -142,11 +141,11 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       expect(await h.balanceOf(w.id)).toMatchObject({ available: '7.000000', pending: '0.000000' });
       const list = await h.app.inject({ method: 'GET', url: `/api/v1/wallet/${w.id}/transactions?type=withdrawal` });
       expect(list.json()).toHaveLength(2);
-      h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 3 };
+      h.ctx.withdrawalLimit = { perHour: 3 };
       const retried = await post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '0.5' }, keyed);
       expect(retried.statusCode, retried.body).toBe(200);
       expect(await h.balanceOf(w.id)).toMatchObject({ available: '6.500000' });
-      h.ctx.withdrawalLimit = { limiter: new RateLimiter(h.db), perHour: 2 };
+      h.ctx.withdrawalLimit = { perHour: 2 };
 
       // Five at once from a fresh wallet: two go through, three are refused, whichever instance or order.
       const other = await h.fundedWallet('10', 'user', fresh());
@@ -158,6 +157,42 @@ describe('POST /api/v1/wallet/{id}/withdraw', () => {
       expect((await h.assertLedgerConsistent()).problems).toEqual([]);
     } finally {
       h.ctx.withdrawalLimit = before;
+    }
+  });
+
+  it('counts the hour before each withdrawal, not a fixed window: never more than the limit within an hour', async () => {
+    const before = { limit: h.ctx.withdrawalLimit, now: h.ctx.now };
+    h.ctx.withdrawalLimit = { perHour: 2 };
+    const start = Date.now();
+    const at = (minutes: number) => {
+      h.ctx.now = () => new Date(start + minutes * 60_000);
+    };
+    try {
+      const w = await h.fundedWallet('10', 'user', fresh());
+      const withdraw = () => post(`/api/v1/wallet/${w.id}/withdraw`, { amount: '1' });
+      at(0);
+      expect((await withdraw()).statusCode).toBe(200);
+      at(50);
+      expect((await withdraw()).statusCode).toBe(200);
+      at(55);
+      const full = await withdraw();
+      expect(full.statusCode).toBe(429);
+      // Until the first is an hour old: five minutes.
+      expect(Number(full.headers['retry-after'])).toBeGreaterThanOrEqual(295);
+      expect(Number(full.headers['retry-after'])).toBeLessThanOrEqual(301);
+      at(61);
+      expect((await withdraw()).statusCode).toBe(200);
+      // Two in the hour before (minutes 50 and 61), wherever an hour's window might have started: a fixed window
+      // that began at minute 0 would let this one through, the limit's third within twelve minutes.
+      at(62);
+      const again = await withdraw();
+      expect(again.statusCode).toBe(429);
+      expect(Number(again.headers['retry-after'])).toBeGreaterThanOrEqual(48 * 60 - 1);
+      expect(Number(again.headers['retry-after'])).toBeLessThanOrEqual(48 * 60 + 1);
+      expect(await h.balanceOf(w.id)).toMatchObject({ available: '7.000000', pending: '0.000000' });
+    } finally {
+      h.ctx.withdrawalLimit = before.limit;
+      h.ctx.now = before.now;
     }
   });
 

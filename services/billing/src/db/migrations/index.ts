@@ -45,6 +45,7 @@ import { sessionOutbidMigration } from './0041-session-outbid.ts';
 import { openJobsByRenterMigration } from './0042-open-jobs-by-renter.ts';
 import { portGrantsBySessionMigration } from './0043-port-grants-by-session.ts';
 import { auditRequestedMigration } from './0044-audit-requested.ts';
+import { withdrawalsByWalletMigration } from './0045-withdrawals-by-wallet.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -92,5 +93,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0042-open-jobs-by-renter': openJobsByRenterMigration,
     '0043-port-grants-by-session': portGrantsBySessionMigration,
     '0044-audit-requested': auditRequestedMigration,
+    '0045-withdrawals-by-wallet': withdrawalsByWalletMigration,
   };
 }

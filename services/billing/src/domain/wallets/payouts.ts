@@ -84,7 +84,7 @@ export async function startChainPayout(
   if (req.actor) assertMayPayTo(req.actor, wallet, destination);
   if (!ctx.chain) throw billingErrors.chainNotConfigured();
   // A wallet past its withdrawals of the hour asks the chain for nothing (the debit counts them, below).
-  if (req.type === 'withdrawal') await checkWithdrawalLimit(ctx.withdrawalLimit, wallet.id);
+  if (req.type === 'withdrawal') await checkWithdrawalLimit(ctx.withdrawalLimit, ctx.db, wallet.id, ctx.now());
   // Cheap early refusal before asking the RPC node to build a transaction; the locked check below decides.
   const balances = await walletBalances(ctx.db, wallet.id, ctx.scale);
   if (!balances || new Dec(balances.available).lt(amount)) {
@@ -127,8 +127,8 @@ export async function recordIntent(
     // A pause committed since the check above wins: no debit after it.
     await assertPayoutsOpen(trx);
     await req.guard?.(trx);
-    if (req.type === 'withdrawal') await countWithdrawal(ctx.withdrawalLimit, trx, wallet.id);
     const now = ctx.now();
+    if (req.type === 'withdrawal') await countWithdrawal(ctx.withdrawalLimit, trx, wallet.id, now);
     await postTransfers(
       trx,
       [

@@ -1,57 +1,74 @@
 /**
- * How many withdrawals a wallet may make in an hour (`billing.withdrawals_per_hour`), counted in PostgreSQL by
- * @gpu/common's `RateLimiter`, so every instance counts against the same window. Each withdrawal costs the treasury
- * the transaction's fee in SOL whatever its amount: without a limit, a wallet holding one token could make a million
- * withdrawals of its smallest unit and drain the treasury's SOL, which nothing in the ledger would show.
+ * How many withdrawals a wallet may make in an hour (`billing.withdrawals_per_hour`), counted from the wallet's own
+ * withdrawal records (`transactions`, through the partial index `transactions_withdrawals`) over the hour before each
+ * request: a sliding window, exact whichever instance asks, and as durable as the records. Each withdrawal costs the
+ * treasury the transaction's fee in SOL whatever its amount: without a limit, a wallet holding one token could make a
+ * million withdrawals of its smallest unit and drain the treasury's SOL, which nothing in the ledger would show. (A
+ * fixed window, as the counters in `rate_limits` kept, let twice the limit through across a window's edge, and
+ * forgot its counts in a crash of the database.)
  *
- * A request is refused before anything is built when the window is used up (`check`, nothing counted), and counted in
- * the debit's transaction (`count`): only a withdrawal that is debited counts, and two at once cannot both take the
- * last one. A refusal is 429 `RATE_LIMITED` with `Retry-After` (the window's end); nothing is debited or recorded.
+ * A request is refused before anything is built when the hour is used up (`check`, nothing held), and counted again
+ * in the debit's transaction under a lock of the wallet's withdrawals (`count`): only a withdrawal that is debited
+ * counts (its record is written in that transaction), and two at once cannot both take the last one. A withdrawal
+ * that failed on chain counts (its fee was spent). A refusal is 429 `RATE_LIMITED` with `Retry-After`: the seconds
+ * until the oldest withdrawal that fills the limit is an hour old. Nothing is debited or recorded.
  */
-import { AppError, isAppError, type RateLimiter } from '@gpu/common';
-import type { Transaction } from 'kysely';
+import { AppError } from '@gpu/common';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 
 const HOUR_MS = 3_600_000;
-const RULE = 'withdrawals';
 
 /** The limit, or none (`withdrawals_per_hour: 0`). */
 export interface WithdrawalLimit {
-  limiter: RateLimiter;
   perHour: number;
 }
 
-/** Refuses (429) a withdrawal from a wallet whose window is used up; counts nothing. */
-export async function checkWithdrawalLimit(limit: WithdrawalLimit | null, walletId: string): Promise<void> {
-  if (!limit) return;
-  await named(limit, walletId, () => limit.limiter.check(rule(limit), RULE, walletId));
+/** Refuses (429) a withdrawal from a wallet that made its withdrawals of the last hour; holds nothing. */
+export async function checkWithdrawalLimit(
+  limit: WithdrawalLimit | null,
+  db: Kysely<BillingDB>,
+  walletId: string,
+  now: Date,
+): Promise<void> {
+  if (limit) await refusePast(limit, db, walletId, now);
 }
 
-/** Counts one withdrawal in the debit's transaction, refusing (429) one past the limit. */
+/**
+ * Checks again in the debit's transaction, once no other withdrawal of the wallet is between its check and its commit
+ * (a transaction-scoped advisory lock per wallet, taken before the debit's row locks): the record the debit writes is
+ * what the next one counts.
+ */
 export async function countWithdrawal(
   limit: WithdrawalLimit | null,
   trx: Transaction<BillingDB>,
   walletId: string,
+  now: Date,
 ): Promise<void> {
   if (!limit) return;
-  await named(limit, walletId, () => limit.limiter.consume(rule(limit), RULE, walletId, trx));
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`billing.withdrawals:${walletId}`}, 0))`.execute(trx);
+  await refusePast(limit, trx, walletId, now);
 }
 
-const rule = (limit: WithdrawalLimit) => ({ max: limit.perHour, windowMs: HOUR_MS });
-
-/** The limiter's refusal, saying which limit it is. */
-async function named(limit: WithdrawalLimit, walletId: string, run: () => Promise<void>): Promise<void> {
-  try {
-    await run();
-  } catch (err) {
-    if (!isAppError(err) || err.code !== 'RATE_LIMITED') throw err;
-    const retryAfter = err.headers['retry-after'] ?? '1';
-    throw new AppError(
-      'rate_limited',
-      'RATE_LIMITED',
-      `wallet ${walletId} made ${limit.perHour} withdrawals within the hour, the most it may: retry after ` +
-        `${retryAfter} s`,
-      { headers: { 'retry-after': retryAfter } },
-    );
-  }
+async function refusePast(limit: WithdrawalLimit, db: Kysely<BillingDB>, walletId: string, now: Date) {
+  // The newest `perHour` withdrawals of the last hour: the limit is used up when there are that many.
+  const recent = await db
+    .selectFrom('transactions')
+    .select('created_at')
+    .where('wallet_id', '=', walletId)
+    .where('type', '=', 'withdrawal')
+    .where('created_at', '>', new Date(now.getTime() - HOUR_MS))
+    .orderBy('created_at', 'desc')
+    .limit(limit.perHour)
+    .execute();
+  if (recent.length < limit.perHour) return;
+  const oldest = recent.at(-1)!.created_at;
+  const retryAfter = String(Math.max(1, Math.ceil((oldest.getTime() + HOUR_MS - now.getTime()) / 1000)));
+  throw new AppError(
+    'rate_limited',
+    'RATE_LIMITED',
+    `wallet ${walletId} made ${limit.perHour} withdrawals within the hour, the most it may: retry after ` +
+      `${retryAfter} s`,
+    { headers: { 'retry-after': retryAfter } },
+  );
 }
