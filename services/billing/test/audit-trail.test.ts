@@ -85,11 +85,11 @@ async function refusingEvents<T>(target: string, when: string, act: () => Promis
 }
 
 /** The `requested` events that no later event names, by the query billing's README gives operators (run as written). */
-async function unanswered() {
+async function unanswered(harness: BillingHarness = h) {
   const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
   const query = /an operator lists them with\s+```sql\n([^`]+)```/.exec(readme)?.[1];
   expect(query, 'the query in README.md, "The audit trail"').toBeDefined();
-  const { rows } = await sql<{ id: string }>`${sql.raw(query!.trim().replace(/;$/, ''))}`.execute(h.db);
+  const { rows } = await sql<{ id: string }>`${sql.raw(query!.trim().replace(/;$/, ''))}`.execute(harness.db);
   return rows;
 }
 
@@ -403,6 +403,67 @@ describe('the audit trail of money going out', () => {
     ]);
     // Found as the README says an operator finds them: a request that no later event names.
     expect(await unanswered()).toContainEqual(expect.objectContaining({ id: events[0]!.id }));
+  });
+
+  it('names the request in the answer of one that timed out while its request was being appended', async () => {
+    const slow = await setupBilling({ chain: L.chain, config: { request_timeout: '1s' } });
+    try {
+      const renter = await slow.issuer.user(['renter']);
+      const w = await slow.fundedWallet('20', 'user', Keypair.generate().publicKey.toBase58(), { ownerId: renter.id });
+      // The trail's lock held past the request's time limit: its `requested` event waits for it, and so its handler.
+      await slow.db.transaction().execute(async (trx) => {
+        await sql`SELECT 1 FROM audit_chain FOR UPDATE`.execute(trx);
+        const answer = await slow.app.inject({
+          method: 'POST',
+          url: `/api/v1/wallet/${w.id}/withdraw`,
+          headers: { ...renter.headers, 'x-request-id': 'req-timed-out-appending' },
+          payload: { amount: '5' },
+        });
+        expect(answer.statusCode, answer.body).toBe(503);
+        expect(answer.json().code).toBe('REQUEST_TIMEOUT');
+      });
+      await slow.app.auditAppended!();
+      // The handler never ran (the answer was sent), and the timeout's event names the request: nothing is left for
+      // an operator to chase.
+      expect(await slow.balanceOf(w.id)).toMatchObject({ available: '20.000000' });
+      const events = await eventually(`target=wallet:${w.id}`, 2, slow);
+      expect(outcomesOf(events)).toMatchObject([
+        { outcome: 'failed', request_id: 'req-timed-out-appending', details: { code: 'REQUEST_TIMEOUT' } },
+      ]);
+      expect(await unanswered(slow)).toEqual([]);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it('writes an automatic payout whose debit did not commit nowhere, and names no request in its failure', async () => {
+    const machine = crypto.randomUUID();
+    const provider = await h.fundedWallet('15', 'provider', Keypair.generate().publicKey.toBase58(), {
+      ownerId: machine,
+    });
+    const setting = await h.app.inject({
+      method: 'PUT',
+      url: `/api/v1/provider/${machine}/payout-settings`,
+      payload: { auto_payout: true },
+    });
+    expect(setting.statusCode, setting.body).toBe(200);
+    // The debit's transaction refused at its commit (a deferred check), after its `requested` event was appended in it.
+    await sql`
+      CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'refused at commit by the test'; END $$`.execute(h.db);
+    await sql`
+      CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON transactions DEFERRABLE INITIALLY DEFERRED
+      FOR EACH ROW WHEN (NEW.wallet_id = ${sql.lit(provider.id)}) EXECUTE FUNCTION refuse_commit()`.execute(h.db);
+    try {
+      await settleAutoPayouts(h.ctx);
+    } finally {
+      await sql`DROP TRIGGER refuse_commit ON transactions`.execute(h.db);
+      await sql`DROP FUNCTION refuse_commit()`.execute(h.db);
+    }
+    expect(await h.balanceOf(provider.id)).toMatchObject({ available: '15.000000', pending: '0.000000' });
+    const events = await eventually(`action=payout&target=provider:${machine}`, 1);
+    expect(events).toMatchObject([{ outcome: 'failed', details: { automatic: true } }]);
+    expect(events[0].details.requested).toBeUndefined();
   });
 
   it('acts on nothing the trail did not take: a request whose event cannot be appended moves no money', async () => {

@@ -13,8 +13,10 @@
  * event with who, from where, the target and the named body fields is appended and awaited; the handler does not run
  * unless it is in the trail (an append that fails answers the request's error, 503 when the database is away). Every
  * later event of the request names it (`details.requested`: its ID, not the caller's request ID, which the caller
- * picks). So a crash between the handler's commit and its answer's event leaves a `requested` event that nothing names:
- * the action may have happened, the ledger says whether. A request answered 503 REQUEST_TIMEOUT
+ * picks; an answer sent while the append was under way, a timeout's, waits for it). So a crash between the handler's
+ * commit and its answer's event leaves a `requested` event that nothing names: the action may have happened, the
+ * ledger says whether. A route that moves nothing and must not wait for the trail (the payout pause) opts out
+ * (`ahead: false`). A request answered 503 REQUEST_TIMEOUT
  * while its handler was at work gets a second event once the handler is done (`details.after_timeout`), with what it
  * did. A request the access check
  * refused before the handler is recorded too. The service's close waits for the appends under way (`auditAppended`)
@@ -32,8 +34,12 @@ import { answeredTimeout } from './timeout.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** Append every answer of this route to the audit trail (http/audit-hook.ts). */
-    audit?: { action: string; body?: readonly string[] };
+    /**
+     * Append every answer of this route to the audit trail (http/audit-hook.ts), after a `requested` event written
+     * before its handler runs; `ahead: false`, no such event (a route that moves nothing and must not wait for the
+     * trail: the payout pause).
+     */
+    audit?: { action: string; body?: readonly string[]; ahead?: boolean };
   }
   interface FastifyInstance {
     /**
@@ -115,18 +121,23 @@ export const auditHook = fp(
     });
     // The named body fields, once the route's schema accepted the body (preHandler runs after validation).
     const fieldsOf = new WeakMap<FastifyRequest, Record<string, unknown>>();
-    // The ID of the request's `requested` event, once it is in the trail.
-    const requestedOf = new WeakMap<FastifyRequest, string>();
-    /** The request's event: who, from where, to what, its outcome and `details` (`status_code` first). */
+    // The ID its `requested` event will have once it is in the trail (undefined: its append failed), for the request
+    // while it is being appended: an answer sent meanwhile (a request timed out while the append waited for the
+    // trail's lock) names it all the same, once it is there.
+    const requestedOf = new WeakMap<FastifyRequest, Promise<string | undefined>>();
+    /**
+     * The request's event: who, from where, to what, its outcome and `details` (`status_code` first, the `requested`
+     * event it follows last, where nothing the caller sent can stand in for it).
+     */
     const eventOf = (
       request: FastifyRequest,
       action: string,
       outcome: AuditOutcome,
       answer: Record<string, unknown>,
+      requested?: string,
     ) => {
       const p = request.principal;
       const { status_code, ...rest } = answer;
-      const requested = requestedOf.get(request);
       return {
         action,
         outcome,
@@ -135,10 +146,10 @@ export const auditHook = fp(
         target: targetOf(request.params),
         details: {
           ...(status_code !== undefined ? { status_code } : {}),
-          ...(requested !== undefined ? { requested } : {}),
           ...(p?.actsFor !== undefined && p.actsFor !== p.subject ? { acting_for: p.actsFor } : {}),
           ...fieldsOf.get(request),
           ...rest,
+          ...(requested !== undefined ? { requested } : {}),
         },
         requestId: String(request.id),
       };
@@ -147,14 +158,21 @@ export const auditHook = fp(
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
       fieldsOf.set(request, picked(request.body, audit.body));
-      // Awaited: the handler acts only once the trail says it was asked to.
-      requestedOf.set(request, await appendAudit(opts.db, eventOf(request, audit.action, 'requested', {})));
+      if (audit.ahead === false) return;
+      const written = appendAudit(opts.db, eventOf(request, audit.action, 'requested', {}));
+      requestedOf.set(
+        request,
+        written.catch(() => undefined),
+      );
+      // Awaited: the handler acts only once the trail says it was asked to (a failed append answers the request).
+      await written;
     });
     /** Appends the route's event: its outcome, and what of the answer is kept (`status_code` first). */
     const append = (request: FastifyRequest, outcome: AuditOutcome, answer: Record<string, unknown>) => {
       const audit = request.routeOptions.config?.audit;
       if (!audit) return;
-      const appended: Promise<void> = appendAudit(opts.db, eventOf(request, audit.action, outcome, answer))
+      const appended: Promise<void> = (requestedOf.get(request) ?? Promise.resolve(undefined))
+        .then((requested) => appendAudit(opts.db, eventOf(request, audit.action, outcome, answer, requested)))
         .then(() => undefined)
         .catch((err: unknown) =>
           request.log.error({ err, action: audit.action }, 'appending to the audit trail failed'),

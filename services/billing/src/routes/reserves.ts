@@ -109,7 +109,8 @@ export async function reserveRoutes(app: App, { billing: ctx }: RouteDeps) {
   app.post(
     '/api/v1/billing/reserves/pause',
     {
-      config: { roles: ['admin'], audit: { action: 'payouts_paused', body: ['reason'] } },
+      // No `requested` event first: a pause moves nothing, and must not wait for the trail's lock.
+      config: { roles: ['admin'], audit: { action: 'payouts_paused', body: ['reason'], ahead: false } },
       schema: {
         tags: ['payments'],
         operationId: 'pausePayouts',

@@ -143,19 +143,21 @@ export async function payOutEarnings(
   const available = new Dec(balances?.available ?? 0);
   if (available.lt(ctx.minimumPayout) || available.lte(0)) return null;
   const failed = (why: string) => backOffAutoPayout(ctx, row, why);
-  // The `requested` event, written in the debit's transaction (both or neither), which every later one names.
+  // The `requested` event, written in the debit's transaction (both or neither): `written` once appended there, and
+  // `requested`, which every later event names, once that transaction is known to have committed.
+  let written: string | undefined;
   let requested: string | undefined;
   const event = (outcome: AuditOutcome, details: Record<string, unknown>) => ({
     action: 'payout',
     outcome,
     target: `provider:${row.owner_id}`,
     details: {
-      ...(requested !== undefined ? { requested } : {}),
       automatic: true,
       wallet_id: walletId,
       amount: available.toFixed(ctx.scale),
       destination,
       ...details,
+      ...(requested !== undefined ? { requested } : {}),
     },
   });
   const audit = (outcome: AuditOutcome, details: Record<string, unknown>) =>
@@ -177,12 +179,15 @@ export async function payOutEarnings(
         },
         // Last in the debit's transaction: appending holds the trail's one lock until it commits.
         debited: async (trx, pending) => {
-          requested = await appendAudit(trx as Kysely<BillingDB>, event('requested', { id: pending.id }));
+          written = await appendAudit(trx as Kysely<BillingDB>, event('requested', { id: pending.id }));
         },
       },
       null,
     );
+    requested = written;
   } catch (err) {
+    // Written, then failed: at the commit (nothing of it is left) or after it (the debit stands, and its event).
+    if (written !== undefined && (await inTrail(ctx, written))) requested = written;
     const code = (err as { code?: string }).code;
     // Another instance (or the sweep) paid these earnings first, or the holder changed the setting meanwhile; or
     // payouts are paused (the sweep pays them once resumed). Nothing happened.
@@ -205,6 +210,15 @@ export async function payOutEarnings(
     'automatic payout',
   );
   return paid.status;
+}
+
+/** Whether the audit trail holds the event `id` (a `requested` event whose transaction may have rolled back). */
+async function inTrail(ctx: BillingContext, id: string): Promise<boolean> {
+  try {
+    return (await ctx.db.selectFrom('audit_events').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
+  } catch {
+    return false; // Not known: the event names none (the operators' query lists that request, to be checked).
+  }
 }
 
 /** Records a failed automatic payout of the wallet: the next attempt waits `autoPayoutBackoffMs` of its failures. */

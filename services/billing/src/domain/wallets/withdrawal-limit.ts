@@ -1,7 +1,8 @@
 /**
  * How many withdrawals a wallet may make in an hour (`billing.withdrawals_per_hour`), counted from the wallet's own
  * withdrawal records (`transactions`, through the partial index `transactions_withdrawals`) over the hour before each
- * request: a sliding window, exact whichever instance asks, and as durable as the records. Each withdrawal costs the
+ * request: a sliding window, by the records' own times (the clock of the instance that wrote each, as every other
+ * time billing records), and as durable as the records. Each withdrawal costs the
  * treasury the transaction's fee in SOL whatever its amount: without a limit, a wallet holding one token could make a
  * million withdrawals of its smallest unit and drain the treasury's SOL, which nothing in the ledger would show. (A
  * fixed window, as the counters in `rate_limits` kept, let twice the limit through across a window's edge, and
@@ -13,8 +14,8 @@
  * that failed on chain counts (its fee was spent). A refusal is 429 `RATE_LIMITED` with `Retry-After`: the seconds
  * until the oldest withdrawal that fills the limit is an hour old. Nothing is debited or recorded.
  */
-import { AppError } from '@gpu/common';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import { AppError, lockName } from '@gpu/common';
+import type { Kysely, Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 
 const HOUR_MS = 3_600_000;
@@ -46,23 +47,24 @@ export async function countWithdrawal(
   now: Date,
 ): Promise<void> {
   if (!limit) return;
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`billing.withdrawals:${walletId}`}, 0))`.execute(trx);
+  await lockName(trx, `withdrawals:${walletId}`);
   await refusePast(limit, trx, walletId, now);
 }
 
 async function refusePast(limit: WithdrawalLimit, db: Kysely<BillingDB>, walletId: string, now: Date) {
-  // The newest `perHour` withdrawals of the last hour: the limit is used up when there are that many.
-  const recent = await db
+  // The `perHour`-th newest withdrawal of the last hour, if there is one: the limit is used up until it is an hour old.
+  const filling = await db
     .selectFrom('transactions')
     .select('created_at')
     .where('wallet_id', '=', walletId)
     .where('type', '=', 'withdrawal')
     .where('created_at', '>', new Date(now.getTime() - HOUR_MS))
     .orderBy('created_at', 'desc')
-    .limit(limit.perHour)
-    .execute();
-  if (recent.length < limit.perHour) return;
-  const oldest = recent.at(-1)!.created_at;
+    .offset(limit.perHour - 1)
+    .limit(1)
+    .executeTakeFirst();
+  if (!filling) return;
+  const oldest = filling.created_at;
   const retryAfter = String(Math.max(1, Math.ceil((oldest.getTime() + HOUR_MS - now.getTime()) / 1000)));
   throw new AppError(
     'rate_limited',
