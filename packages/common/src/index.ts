@@ -77,6 +77,7 @@ export {
   appendAudit,
   auditActor,
   auditChainHead,
+  auditEventExists,
   listAudit,
   purgeAudit,
   setAuditRetention,

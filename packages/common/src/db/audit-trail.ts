@@ -90,6 +90,12 @@ export async function appendAudit<DB extends AuditEventsDatabase>(db: Kysely<DB>
   return id;
 }
 
+/** Whether the trail holds the event `id` (one appended in a transaction that may have rolled back). */
+export async function auditEventExists<DB extends AuditEventsDatabase>(db: Kysely<DB>, id: string): Promise<boolean> {
+  const d = db as unknown as Kysely<AuditEventsDatabase>;
+  return (await d.selectFrom('audit_events').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
+}
+
 export interface AuditFilter {
   action?: string;
   actorId?: string;

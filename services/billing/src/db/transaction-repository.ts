@@ -1,4 +1,5 @@
 /** Queries on transaction records (the history users see). Every function takes the database or a transaction. */
+import { lockName } from '@gpu/common';
 import { type Insertable, type Kysely, type Selectable, sql, type Transaction } from 'kysely';
 import type { KeysetPosition } from '../domain/keyset.ts';
 import { cursorAt, olderThan } from './keyset-sql.ts';
@@ -53,6 +54,29 @@ export async function lockRecordIdOfHold(db: Db, holdId: string): Promise<string
 }
 
 /** Writes transaction records in one statement. */
+/**
+ * When the wallet's `n`-th newest withdrawal made after `since` was made, or undefined when it made fewer (through the
+ * partial index `transactions_withdrawals`).
+ */
+export async function nthWithdrawalSince(db: Db, walletId: string, since: Date, n: number): Promise<Date | undefined> {
+  const row = await db
+    .selectFrom('transactions')
+    .select('created_at')
+    .where('wallet_id', '=', walletId)
+    .where('type', '=', 'withdrawal')
+    .where('created_at', '>', since)
+    .orderBy('created_at', 'desc')
+    .offset(n - 1)
+    .limit(1)
+    .executeTakeFirst();
+  return row?.created_at;
+}
+
+/** Holds the lock of the wallet's withdrawals until the transaction ends (one withdrawal counted at a time). */
+export async function lockWithdrawals(trx: Transaction<BillingDB>, walletId: string): Promise<void> {
+  await lockName(trx, `withdrawals:${walletId}`);
+}
+
 export async function insertTransactions(db: Db, records: Insertable<TransactionTable>[]): Promise<void> {
   await db.insertInto('transactions').values(records).execute();
 }

@@ -14,7 +14,7 @@
  * second attempt (another instance, the sweep beside a session end) finds the earnings gone and stops
  * (INSUFFICIENT_FUNDS, not an error); within one instance one attempt per wallet runs at a time.
  */
-import { type AuditOutcome, appendAudit, forEachLimited, type Principal } from '@gpu/common';
+import { type AuditOutcome, appendAudit, auditEventExists, forEachLimited, type Principal } from '@gpu/common';
 import type { Kysely } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
 import {
@@ -215,7 +215,7 @@ export async function payOutEarnings(
 /** Whether the audit trail holds the event `id` (a `requested` event whose transaction may have rolled back). */
 async function inTrail(ctx: BillingContext, id: string): Promise<boolean> {
   try {
-    return (await ctx.db.selectFrom('audit_events').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
+    return await auditEventExists(ctx.db, id);
   } catch {
     return false; // Not known: the event names none (the operators' query lists that request, to be checked).
   }

@@ -14,9 +14,10 @@
  * that failed on chain counts (its fee was spent). A refusal is 429 `RATE_LIMITED` with `Retry-After`: the seconds
  * until the oldest withdrawal that fills the limit is an hour old. Nothing is debited or recorded.
  */
-import { AppError, lockName } from '@gpu/common';
+import { AppError } from '@gpu/common';
 import type { Kysely, Transaction } from 'kysely';
 import type { BillingDB } from '../../db/schema.ts';
+import { lockWithdrawals, nthWithdrawalSince } from '../../db/transaction-repository.ts';
 
 const HOUR_MS = 3_600_000;
 
@@ -47,24 +48,14 @@ export async function countWithdrawal(
   now: Date,
 ): Promise<void> {
   if (!limit) return;
-  await lockName(trx, `withdrawals:${walletId}`);
+  await lockWithdrawals(trx, walletId);
   await refusePast(limit, trx, walletId, now);
 }
 
 async function refusePast(limit: WithdrawalLimit, db: Kysely<BillingDB>, walletId: string, now: Date) {
   // The `perHour`-th newest withdrawal of the last hour, if there is one: the limit is used up until it is an hour old.
-  const filling = await db
-    .selectFrom('transactions')
-    .select('created_at')
-    .where('wallet_id', '=', walletId)
-    .where('type', '=', 'withdrawal')
-    .where('created_at', '>', new Date(now.getTime() - HOUR_MS))
-    .orderBy('created_at', 'desc')
-    .offset(limit.perHour - 1)
-    .limit(1)
-    .executeTakeFirst();
-  if (!filling) return;
-  const oldest = filling.created_at;
+  const oldest = await nthWithdrawalSince(db, walletId, new Date(now.getTime() - HOUR_MS), limit.perHour);
+  if (!oldest) return;
   const retryAfter = String(Math.max(1, Math.ceil((oldest.getTime() + HOUR_MS - now.getTime()) / 1000)));
   throw new AppError(
     'rate_limited',
