@@ -53,7 +53,6 @@ export async function lockRecordIdOfHold(db: Db, holdId: string): Promise<string
   return row.id;
 }
 
-/** Writes transaction records in one statement. */
 /**
  * When the wallet's `n`-th newest withdrawal made after `since` was made, or undefined when it made fewer (through the
  * partial index `transactions_withdrawals`).
@@ -77,6 +76,7 @@ export async function lockWithdrawals(trx: Transaction<BillingDB>, walletId: str
   await lockName(trx, `withdrawals:${walletId}`);
 }
 
+/** Writes transaction records in one statement. */
 export async function insertTransactions(db: Db, records: Insertable<TransactionTable>[]): Promise<void> {
   await db.insertInto('transactions').values(records).execute();
 }
