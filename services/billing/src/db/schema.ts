@@ -1,5 +1,5 @@
 /** Kysely table types of the billing database (NUMERIC columns are decimal strings). */
-import type { AuditEventsTable, RateLimitTable } from '@gpu/common';
+import type { AuditEventsTable } from '@gpu/common';
 import type { ColumnType, Generated } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -455,5 +455,4 @@ export interface BillingDB {
   reach_links: ReachLinkTable;
   reach_host_key: ReachHostKeyTable;
   port_grants: PortGrantTable;
-  rate_limits: RateLimitTable;
 }

@@ -46,6 +46,7 @@ import { openJobsByRenterMigration } from './0042-open-jobs-by-renter.ts';
 import { portGrantsBySessionMigration } from './0043-port-grants-by-session.ts';
 import { auditRequestedMigration } from './0044-audit-requested.ts';
 import { withdrawalsByWalletMigration } from './0045-withdrawals-by-wallet.ts';
+import { dropRateLimitsMigration } from './0046-drop-rate-limits.ts';
 
 export function billingMigrations(scale: number): Record<string, Migration> {
   return {
@@ -94,5 +95,6 @@ export function billingMigrations(scale: number): Record<string, Migration> {
     '0043-port-grants-by-session': portGrantsBySessionMigration,
     '0044-audit-requested': auditRequestedMigration,
     '0045-withdrawals-by-wallet': withdrawalsByWalletMigration,
+    '0046-drop-rate-limits': dropRateLimitsMigration,
   };
 }

@@ -5,8 +5,8 @@
  * time billing records), and as durable as the records. Each withdrawal costs the
  * treasury the transaction's fee in SOL whatever its amount: without a limit, a wallet holding one token could make a
  * million withdrawals of its smallest unit and drain the treasury's SOL, which nothing in the ledger would show. (A
- * fixed window, as the counters in `rate_limits` kept, let twice the limit through across a window's edge, and
- * forgot its counts in a crash of the database.)
+ * fixed window, as the counters of the `rate_limits` table kept until migration 0046 dropped it, let twice the limit
+ * through across a window's edge, and forgot its counts in a crash of the database.)
  *
  * A request is refused before anything is built when the hour is used up (`check`, nothing held), and counted again
  * in the debit's transaction under a lock of the wallet's withdrawals (`count`): only a withdrawal that is debited
