@@ -14,6 +14,7 @@ beforeAll(async () => {
   db = database.db;
   await sql`CREATE UNLOGGED TABLE rate_limits (
     name text NOT NULL, key text NOT NULL, count integer NOT NULL, reset_at timestamptz NOT NULL,
+    hits timestamptz[] NOT NULL DEFAULT '{}', refused boolean NOT NULL DEFAULT false,
     PRIMARY KEY (name, key))`.execute(db);
   await sql`CREATE INDEX rate_limits_reset_at ON rate_limits (reset_at)`.execute(db);
 });
@@ -78,11 +79,82 @@ describe('RateLimiter (PostgreSQL)', () => {
     await limiter.hit(rule, 'failures', k);
     await limiter.hit(rule, 'failures', k);
     expect((await refusal(limiter.check(rule, 'failures', k)))?.code).toBe('RATE_LIMITED');
-    const row = await db.selectFrom('rate_limits').select('count').where('key', '=', k).executeTakeFirstOrThrow();
-    expect(row.count).toBe(3);
+    // The third was past the limit: not counted, so it does not keep the key refused any longer.
+    const row = await db
+      .selectFrom('rate_limits')
+      .select(['count', 'hits'])
+      .where('key', '=', k)
+      .executeTakeFirstOrThrow();
+    expect(row.count).toBe(2);
+    expect(row.hits).toHaveLength(2);
   });
 
-  it('opens a new window once the old one ended', async () => {
+  /** A key's row as if its events had come `agoSeconds` before now (oldest first). */
+  async function plant(name: string, k: string, agoSeconds: number[], windowMs: number) {
+    const hits = sql`ARRAY(SELECT statement_timestamp() - s * interval '1 second'
+      FROM unnest(${`{${agoSeconds.join(',')}}`}::float8[]) s ORDER BY 1)`;
+    await sql`INSERT INTO rate_limits (name, key, count, reset_at, hits)
+      VALUES (${name}, ${k}, ${agoSeconds.length},
+        statement_timestamp() + ${windowMs}::float8 * interval '1 millisecond', ${hits})`.execute(db);
+  }
+  const retryAfter = (err: AppError | undefined) => Number(err?.headers?.['retry-after']);
+
+  it('counts the window before each event, not a fixed one: no span of the window lets more than max through', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 2, windowMs: 60_000 };
+    // Two events 50 and 10 s ago: both in the minute before now. (A fixed window opened by the first would have ended
+    // 50 s after it, letting two more through 10 s from now: four within 20 s.)
+    const full = key();
+    await plant('sliding', full, [50, 10], rule.windowMs);
+    for (const refused of [limiter.consume(rule, 'sliding', full), limiter.check(rule, 'sliding', full)]) {
+      const err = await refusal(refused);
+      expect(err?.code).toBe('RATE_LIMITED');
+      // Until the one of 50 s ago leaves the window.
+      expect(retryAfter(err)).toBeGreaterThanOrEqual(9);
+      expect(retryAfter(err)).toBeLessThanOrEqual(10);
+    }
+
+    // One of them 61 s ago, out of the window: one more goes through, then the key waits for the one of 10 s ago.
+    const freed = key();
+    await plant('sliding', freed, [61, 10], rule.windowMs);
+    await limiter.check(rule, 'sliding', freed);
+    await limiter.consume(rule, 'sliding', freed);
+    const err = await refusal(limiter.consume(rule, 'sliding', freed));
+    expect(err?.code).toBe('RATE_LIMITED');
+    expect(retryAfter(err)).toBeGreaterThanOrEqual(49);
+    expect(retryAfter(err)).toBeLessThanOrEqual(50);
+    const row = await db
+      .selectFrom('rate_limits')
+      .select(['count', 'hits', 'reset_at'])
+      .where('name', '=', 'sliding')
+      .where('key', '=', freed)
+      .executeTakeFirstOrThrow();
+    // The expired one dropped, the new one kept; the row holds something until the newest leaves the window.
+    expect(row.count).toBe(2);
+    expect(row.hits).toHaveLength(2);
+    expect(row.reset_at.getTime() - row.hits[1]!.getTime()).toBe(rule.windowMs);
+  });
+
+  it("reads a row of the fixed-window version as its events at its window's start", async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 3, windowMs: 60_000 };
+    // Three events in a window that ends in 30 s: refused until then.
+    const open = key();
+    await sql`INSERT INTO rate_limits (name, key, count, reset_at)
+      VALUES ('legacy', ${open}, 3, statement_timestamp() + interval '30 seconds')`.execute(db);
+    const err = await refusal(limiter.consume(rule, 'legacy', open));
+    expect(err?.code).toBe('RATE_LIMITED');
+    expect(retryAfter(err)).toBeGreaterThanOrEqual(29);
+    expect(retryAfter(err)).toBeLessThanOrEqual(30);
+    // A window that ended holds nothing: the limit is whole again.
+    const ended = key();
+    await sql`INSERT INTO rate_limits (name, key, count, reset_at)
+      VALUES ('legacy', ${ended}, 3, statement_timestamp() - interval '1 second')`.execute(db);
+    for (let i = 0; i < 3; i++) await limiter.consume(rule, 'legacy', ended);
+    expect(await refusal(limiter.consume(rule, 'legacy', ended))).toBeDefined();
+  });
+
+  it('lets a key through again once its events left the window', async () => {
     const limiter = new RateLimiter(db);
     // Long enough for four statements on a busy machine: a window that ended among them would let the third through.
     const rule = { max: 2, windowMs: 2000 };
@@ -129,7 +201,7 @@ describe('RateLimiter (PostgreSQL)', () => {
     expect(await refusal(limiter.consume(rule, 'trx', k))).toBeDefined();
   });
 
-  it('purges ended windows, on demand and every purgeEvery counts', async () => {
+  it('purges the rows whose events all left the window, on demand and every purgeEvery counts', async () => {
     const rule = { max: 5, windowMs: 50 };
     const k = key();
     await new RateLimiter(db).consume(rule, 'purge', k);

@@ -1,24 +1,37 @@
 /**
- * Fixed-window rate limits kept in PostgreSQL, so every instance of a service
+ * Sliding-window rate limits kept in PostgreSQL, so every instance of a service
  * counts against the same windows: behind N instances a client still gets the
- * limit once, not N times. One counter per (rule name, key), e.g.
- * (`login-ip`, `203.0.113.7`). Each check or count is one statement, one round
- * trip; the upsert is atomic, so N concurrent `consume` calls let exactly
- * `max` through. Time is the database's, so instances whose clocks disagree
- * still agree on when a window ends.
+ * limit once, not N times. One row per (rule name, key), e.g.
+ * (`login-ip`, `203.0.113.7`), holding the times of the events counted in the
+ * window before now (at most `max` of them): a key is refused while `max` of
+ * its events fall within the last `windowMs`, whenever they came, so no span
+ * of `windowMs` ever lets more than `max` through (a fixed window let twice
+ * `max` through across its edge: `max` at its end, `max` more at the next
+ * one's start). Retry-After is the time until the oldest of them leaves the
+ * window. Each check or count is one statement, one round trip; the upsert is
+ * atomic, so N concurrent `consume` calls let exactly `max` through. Time is
+ * the database's, so instances whose clocks disagree still agree on the window.
  *
- * The table (each service that limits creates it in a migration of its own;
- * UNLOGGED: counters are cheap to write and may be lost in a crash):
+ * The table (each service that limits creates it in its migrations; UNLOGGED:
+ * counts are cheap to write and may be lost in a crash of the database):
  *
  *   CREATE UNLOGGED TABLE rate_limits (
  *     name text NOT NULL, key text NOT NULL, count integer NOT NULL, reset_at timestamptz NOT NULL,
+ *     hits timestamptz[] NOT NULL DEFAULT '{}', refused boolean NOT NULL DEFAULT false,
  *     PRIMARY KEY (name, key));
  *   CREATE INDEX rate_limits_reset_at ON rate_limits (reset_at);
  *
- * Rows of ended windows are deleted lazily: every `purgeEvery` counts made by
+ * `hits` are the counted events' times, oldest first; `count` is how many and
+ * `reset_at` when the newest leaves the window (the row then holds nothing);
+ * `refused` says whether the row's last statement refused its event. A row
+ * written by the fixed-window version (no `hits`: `count` events in a window
+ * ending at `reset_at`) is read as `count` events at the start of that window,
+ * so they leave it when that window ended.
+ *
+ * Rows holding nothing are deleted lazily: every `purgeEvery` counts made by
  * one limiter, one DELETE runs in the background (`purgeExpired()` does it on demand).
  */
-import { type ColumnType, type Kysely, sql, type Transaction } from 'kysely';
+import { type ColumnType, type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import { errors } from '../errors.ts';
 
 /** A rate limit: at most `max` events per `windowMs`. */
@@ -33,6 +46,8 @@ export interface RateLimitTable {
   key: string;
   count: number;
   reset_at: ColumnType<Date, Date | string, Date | string>;
+  hits: ColumnType<Date[], Date[] | undefined, Date[]>;
+  refused: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 export interface RateLimitDatabase {
@@ -53,12 +68,34 @@ export interface RateLimiterOptions {
 }
 
 interface WindowRow {
-  count: number;
-  /** Milliseconds until the window ends. */
+  /** Whether the key had used up its window: the event was refused (and not counted). */
+  refused: boolean;
+  /** Milliseconds until the oldest event that fills the window leaves it. */
   retry_ms: number;
 }
 
 const DEFAULT_PURGE_EVERY = 1000;
+
+/** A rule's window as an SQL interval (milliseconds as float8: a window past 2^31 ms is no integer overflow). */
+const windowOf = (rule: RateRule) => sql`(${rule.windowMs}::float8 * interval '1 millisecond')`;
+
+/**
+ * The times of `r`'s events still in the window before now, oldest first: its `hits`, or for a row of the fixed-window
+ * version (no hits, `count` events in a window ending at `reset_at`), that many at the start of that window.
+ */
+function liveHits(rule: RateRule) {
+  const window = windowOf(rule);
+  return sql`ARRAY(
+    SELECT t FROM unnest(CASE WHEN cardinality(r.hits) = 0 AND r.count > 0
+        THEN array_fill(r.reset_at - ${window}, ARRAY[least(r.count, ${rule.max}::int)]) ELSE r.hits END) t
+    WHERE t > statement_timestamp() - ${window} ORDER BY t)`;
+}
+
+/** Milliseconds until the oldest of the newest `max` times of `hits` leaves the window (when they fill it). */
+function retryMs(rule: RateRule, hits: RawBuilder<unknown>) {
+  return sql`ceil(extract(epoch FROM ${hits}[greatest(1, cardinality(${hits}) - ${rule.max}::int + 1)]
+      + ${windowOf(rule)} - statement_timestamp()) * 1000)::float8`;
+}
 
 /** Whole seconds to wait before retrying, at least 1 (the Retry-After header). */
 const retryAfterSeconds = (retryMs: number) => Math.max(1, Math.ceil(retryMs / 1000));
@@ -87,11 +124,11 @@ export class RateLimiter {
   async check(rule: RateRule, name: string, key: string, on: RateLimitExecutor = this.db): Promise<void> {
     if (!this.enabled) return;
     const { rows } = await sql<WindowRow>`
-      SELECT count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::float8 AS retry_ms
-      FROM rate_limits
-      WHERE name = ${name} AND key = ${key} AND reset_at > statement_timestamp()`.execute(on);
+      SELECT cardinality(w.live) >= ${rule.max}::int AS refused, ${retryMs(rule, sql`w.live`)} AS retry_ms
+      FROM rate_limits r, LATERAL (SELECT ${liveHits(rule)} AS live) w
+      WHERE r.name = ${name} AND r.key = ${key}`.execute(on);
     const w = rows[0];
-    if (w && w.count >= rule.max) throw errors.rateLimited(retryAfterSeconds(w.retry_ms));
+    if (w?.refused) throw errors.rateLimited(retryAfterSeconds(w.retry_ms));
   }
 
   /** Counts one event for the key. */
@@ -104,10 +141,10 @@ export class RateLimiter {
   async consume(rule: RateRule, name: string, key: string, on: RateLimitExecutor = this.db): Promise<void> {
     if (!this.enabled) return;
     const w = await this.count(rule, name, key, on);
-    if (w.count > rule.max) throw errors.rateLimited(retryAfterSeconds(w.retry_ms));
+    if (w.refused) throw errors.rateLimited(retryAfterSeconds(w.retry_ms));
   }
 
-  /** Deletes the rows of ended windows; returns how many. */
+  /** Deletes the rows that hold no event of their window any more; returns how many. */
   async purgeExpired(): Promise<number> {
     if (!this.enabled) return 0;
     const result = await sql`DELETE FROM rate_limits WHERE reset_at <= statement_timestamp()`.execute(this.db);
@@ -115,20 +152,22 @@ export class RateLimiter {
   }
 
   /**
-   * The one statement behind `hit` and `consume`: opens a window or counts in the open one. A refused event
-   * is not counted (the count stops at max + 1), so a window ends when it was opened to end, however hard
-   * it is hammered.
+   * The one statement behind `hit` and `consume`: counts the event, unless `max` events of the key are already in the
+   * window before now, which refuses it. A refused event is not counted, so however hard a key is hammered, it is let
+   * through again once its oldest counted event leaves the window.
    */
   private async count(rule: RateRule, name: string, key: string, on: RateLimitExecutor): Promise<WindowRow> {
+    const window = windowOf(rule);
     const { rows } = await sql<WindowRow>`
-      INSERT INTO rate_limits AS r (name, key, count, reset_at)
-      VALUES (${name}, ${key}, 1, statement_timestamp() + ${rule.windowMs}::float8 * interval '1 millisecond')
-      ON CONFLICT (name, key) DO UPDATE SET
-        count = CASE WHEN r.reset_at <= statement_timestamp() THEN 1 ELSE least(r.count + 1, ${rule.max + 1}::int) END,
-        reset_at = CASE WHEN r.reset_at <= statement_timestamp() THEN excluded.reset_at ELSE r.reset_at END
-      RETURNING count, ceil(extract(epoch FROM reset_at - statement_timestamp()) * 1000)::float8 AS retry_ms`.execute(
-      on,
-    );
+      INSERT INTO rate_limits AS r (name, key, count, reset_at, hits, refused)
+      VALUES (${name}, ${key}, 1, statement_timestamp() + ${window}, ARRAY[statement_timestamp()], false)
+      ON CONFLICT (name, key) DO UPDATE SET (hits, refused, count, reset_at) = (
+        SELECT n.hits, n.refused, cardinality(n.hits), n.hits[cardinality(n.hits)] + ${window}
+        FROM (
+          SELECT CASE WHEN w.full THEN w.live ELSE w.live || statement_timestamp() END AS hits, w.full AS refused
+          FROM (SELECT ${liveHits(rule)} AS live, cardinality(${liveHits(rule)}) >= ${rule.max}::int AS full) w
+        ) n)
+      RETURNING r.refused, ${retryMs(rule, sql`r.hits`)} AS retry_ms`.execute(on);
     if (++this.countsSincePurge >= this.purgeEvery) {
       this.countsSincePurge = 0;
       this.purgeExpired().catch(this.onPurgeError);

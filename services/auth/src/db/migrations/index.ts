@@ -12,6 +12,7 @@ import * as auditTrail from './20261205000000_audit_trail.ts';
 import * as auditChain from './20261206000000_audit_chain.ts';
 import * as accountEpochs from './20261207000000_account_epochs.ts';
 import * as sshKeys from './20261208000000_ssh_keys.ts';
+import * as slidingRateLimits from './20261209000000_sliding_rate_limits.ts';
 
 export const migrations: Record<string, Migration> = {
   '20250101000000_initial': initial,
@@ -26,4 +27,5 @@ export const migrations: Record<string, Migration> = {
   '20261206000000_audit_chain': auditChain,
   '20261207000000_account_epochs': accountEpochs,
   '20261208000000_ssh_keys': sshKeys,
+  '20261209000000_sliding_rate_limits': slidingRateLimits,
 };
