@@ -1,14 +1,16 @@
 /**
  * When tracing is on: only with an OTLP endpoint (or an exporter a test gives), never with OTEL_SDK_DISABLED; off,
  * nothing is started, and the apps' hooks and the outbox's trace context stay out of the way (the outbox test checks
- * that an event keeps none). On, the platform's fraction of traces is kept by the trace ID whatever a caller's flag
- * says, through a real app; and every line logged inside a request or a NATS message names its trace and span.
+ * that an event keeps none). On, the platform's fraction of traces is kept by the randomness the edge draws (else by
+ * the trace ID) whatever a caller's flag, trace ID or randomness say, through a real app; and every line logged inside
+ * a request or a NATS message names its trace and span.
  * tests/tracing.test.ts follows one rental through every hop with tracing on.
  */
 import { randomBytes } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { context, propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace';
+import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -24,6 +26,7 @@ import {
   tracingConfigured,
   tracingOn,
 } from '../src/index.ts';
+import { edgeTraceState, tracingHooks } from '../src/telemetry/tracing.ts';
 import { captureLogs, testEnv } from '../src/testing/index.ts';
 
 describe('tracing configuration', () => {
@@ -150,6 +153,81 @@ describe("tracing on: a caller's sampled flag decides nothing", () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe("tracing on: the edge's randomness decides, not the caller", () => {
+  /** An app that answers the trace context it would carry on: the gateway's (`edge`) or a service's. */
+  async function contextApp(edge: boolean) {
+    const app = Fastify();
+    await app.register(tracingHooks, { service: edge ? 'edge' : 'service', edge });
+    app.get('/work', async () => activeTraceContext() ?? {});
+    await app.ready();
+    return app;
+  }
+  const headers = (traceId: string, tracestate: string) => ({
+    traceparent: `00-${traceId}-${CALLER_SPAN}-01`,
+    tracestate,
+  });
+  const ALWAYS = 'ffffffffffffff';
+  const NEVER = '00000000000000';
+
+  it('keeps a trace at a service by the randomness its tracestate carries, not by its trace ID', async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter, env: { OTEL_TRACES_SAMPLER_ARG: '0.5' } });
+    const app = await contextApp(false);
+    try {
+      const kept = (traceId: string) => exporter.getFinishedSpans().some((s) => s.spanContext().traceId === traceId);
+      // An ID the trace ID rule keeps, with randomness below the half: not kept; and the other way round.
+      await app.inject({ url: '/work', headers: headers(KEPT_AT_HALF, `ot=rv:${NEVER}`) });
+      await app.inject({ url: '/work', headers: headers(DROPPED_AT_HALF, `ot=th:0;rv:${ALWAYS}`) });
+      expect(kept(KEPT_AT_HALF)).toBe(false);
+      expect(kept(DROPPED_AT_HALF)).toBe(true);
+    } finally {
+      await app.close();
+      await tracing?.shutdown();
+    }
+  });
+
+  it('draws at the edge whether a trace is kept, whatever the caller sent, and carries the draw on', async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter, env: { OTEL_TRACES_SAMPLER_ARG: '0.5' } });
+    const app = await contextApp(true);
+    try {
+      // 40 callers doing all they can to be kept: IDs the trace ID rule keeps, "sampled", the highest randomness.
+      const ids = Array.from({ length: 40 }, (_, i) => (i + 1).toString(16).padStart(32, '0'));
+      let kept = 0;
+      for (const traceId of ids) {
+        const res = await app.inject({ url: '/work', headers: headers(traceId, `ot=rv:${ALWAYS},vendor=theirs`) });
+        const carried = res.json() as { traceparent: string; tracestate: string };
+        const spans = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
+        // The edge's own draw, first in the tracestate it carries on, the caller's other entries after it.
+        const rv = /^ot=rv:([0-9a-f]{14}),vendor=theirs$/.exec(carried.tracestate)?.[1];
+        expect(rv, carried.tracestate).toBeDefined();
+        expect(rv).not.toBe(ALWAYS);
+        // Kept when the draw is in the upper half (2^55 and above), and said so to the next hop; the span is the
+        // caller's child either way.
+        const keeps = BigInt(`0x${rv}`) >= 2n ** 55n;
+        expect(spans.length, traceId).toBe(keeps ? 1 : 0);
+        expect(carried.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-${keeps ? '01' : '00'}$`));
+        if (keeps) {
+          expect(spans[0]?.parentSpanContext?.spanId).toBe(CALLER_SPAN);
+          kept++;
+        }
+      }
+      // Some kept, some not (all 40 or none at a half: once in 2^39 runs).
+      expect(kept).toBeGreaterThan(0);
+      expect(kept).toBeLessThan(40);
+    } finally {
+      await app.close();
+      await tracing?.shutdown();
+    }
+  });
+
+  it("replaces a caller's randomness in the tracestate the edge sends on without a span of its own", () => {
+    expect(edgeTraceState(`ot=th:0;rv:${ALWAYS},vendor=theirs`)).toMatch(/^ot=rv:[0-9a-f]{14},vendor=theirs$/);
+    expect(edgeTraceState(`ot=rv:${ALWAYS}`)).not.toContain(ALWAYS);
+    expect(edgeTraceState(undefined)).toMatch(/^ot=rv:[0-9a-f]{14}$/);
   });
 });
 

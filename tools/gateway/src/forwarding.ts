@@ -6,7 +6,7 @@ import { type IncomingHttpHeaders, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { AppError } from '@gpu/common/errors';
 import { headersOf, kindOfStatus, problemOf } from '@gpu/common/problem';
-import { tracingOn } from '@gpu/common/tracing';
+import { edgeTraceState, tracingOn } from '@gpu/common/tracing';
 import type { FastifyRequest } from 'fastify';
 
 /**
@@ -54,10 +54,12 @@ export function forwardedHeaders(caller: Caller, headers: IncomingHttpHeaders, h
   const rest = endToEnd(headers, ['expect', 'x-real-ip', 'forwarded']);
   // Tracing on, the service continues the trace under the gateway's call (its client span's context, which the undici
   // instrumentation, or upgrade.ts, sends), not under the caller's span: the caller's trace context is not sent as well.
+  // Tracing off here, the caller's is sent on, with the randomness that decides whether the services keep the trace
+  // drawn here in place of any the caller sent (common's telemetry/sampling.ts).
   if (tracingOn()) {
     delete rest.traceparent;
     delete rest.tracestate;
-  }
+  } else if (rest.traceparent) rest.tracestate = edgeTraceState(headers.tracestate);
   return {
     ...rest,
     ...(host ? { host } : {}),

@@ -154,8 +154,9 @@ export async function buildGateway(opts: GatewayOptions): Promise<FastifyInstanc
         error.code === 'FST_ERR_BAD_URL' ? 'the request path is not valid percent-encoding' : error.message,
       ),
   });
-  // A server span per request (tracing on), its first log line once the span exists.
-  await app.register(tracingHooks, { service: 'gateway' });
+  // A server span per request (tracing on), its first log line once the span exists. The platform's edge: whether a
+  // request's trace is kept is drawn here, whatever the caller sent (common's telemetry/sampling.ts).
+  await app.register(tracingHooks, { service: 'gateway', edge: true });
   app.addHook('onRequest', (request, reply, done) => {
     logController.incomingRequestNow(request, reply);
     done();

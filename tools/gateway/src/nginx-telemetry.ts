@@ -4,11 +4,12 @@
  * files have nginx do the trace's part of the work, and this receiver the rest:
  *
  * - nginx (http.conf): continues a caller's valid `traceparent` or begins a trace, gives each request a span ID of its
- *   own and sends the service `traceparent` with that span as the parent (platform-api.conf); then, as the request
- *   ends, writes one line of what it did (log_format `platform_telemetry`: trace, span and parent IDs, method, path,
- *   status, time taken, request ID, Host) to this receiver as syslog over UDP;
+ *   own, draws the randomness that decides whether the trace is kept, and sends the service `traceparent` with that
+ *   span as the parent and `tracestate` with that randomness (platform-api.conf); then, as the request ends, writes
+ *   one line of what it did (log_format `platform_telemetry`: trace, span and parent IDs, the randomness, method,
+ *   path, status, time taken, request ID, Host) to this receiver as syslog over UDP;
  * - this receiver turns each line into the gateway's server span, with those very IDs, start and end (tracing on:
- *   OTEL_EXPORTER_OTLP_ENDPOINT; which traces are kept is decided by the trace ID, as in every service), and counts it
+ *   OTEL_EXPORTER_OTLP_ENDPOINT; kept or not by nginx's randomness, as the service's span is), and counts it
  *   in the gateway's metrics (telemetry.ts), which it serves at `GET /metrics` (nginx passes `/metrics` on to it, for
  *   operators only).
  *
@@ -23,6 +24,7 @@ import { createServer, type Server } from 'node:http';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import type { Logger } from '@gpu/common/logger';
+import { withEdgeRandomness } from '@gpu/common/tracing';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace } from '@opentelemetry/api';
 import { GatewayMetrics, routeOf } from './telemetry.ts';
 
@@ -32,6 +34,12 @@ interface TelemetryLine {
   span_id: string;
   /** The caller's span (empty: the gateway began the trace). */
   parent_span_id: string;
+  /**
+   * The randomness nginx drew for the request (14 hex digits of `$request_id`), which it sent the service in its
+   * `tracestate`: the span is kept as the service's is, by it (common's telemetry/sampling.ts). A line without it is
+   * decided by its trace ID.
+   */
+  rv?: string;
   request_id: string;
   method: string;
   /** The path as the caller sent it (no query). */
@@ -49,6 +57,7 @@ interface TelemetryLine {
 
 const HEX32 = /^[0-9a-f]{32}$/;
 const HEX16 = /^[0-9a-f]{16}$/;
+const HEX14 = /^[0-9a-f]{14}$/;
 
 /** The line's JSON after the syslog header nginx writes (`<190>Nov 26 08:00:00 gateway: {...}`), if it is one. */
 function parseTelemetryLine(datagram: string): TelemetryLine | undefined {
@@ -67,6 +76,7 @@ function parseTelemetryLine(datagram: string): TelemetryLine | undefined {
     HEX16.test(line.span_id) &&
     typeof line.parent_span_id === 'string' &&
     (line.parent_span_id === '' || HEX16.test(line.parent_span_id)) &&
+    (line.rv === undefined || (typeof line.rv === 'string' && HEX14.test(line.rv))) &&
     typeof line.method === 'string' &&
     typeof line.path === 'string' &&
     typeof line.status === 'number' &&
@@ -139,8 +149,8 @@ export async function startNginxTelemetry(opts: NginxTelemetryOptions): Promise<
     metrics.observe({ upstream, method: line.method, route, status: line.status, seconds: line.request_time });
     if (!opts.ids) return;
     const endMs = line.msec * 1000;
-    // The caller's span, when nginx continued its trace (the sampler decides by the trace ID, whatever its flag).
-    const parent = line.parent_span_id
+    // The caller's span, when nginx continued its trace; kept or not by nginx's draw, whatever the caller's flag.
+    const caller = line.parent_span_id
       ? trace.setSpanContext(ROOT_CONTEXT, {
           traceId: line.trace_id,
           spanId: line.parent_span_id,
@@ -148,6 +158,7 @@ export async function startNginxTelemetry(opts: NginxTelemetryOptions): Promise<
           isRemote: true,
         })
       : ROOT_CONTEXT;
+    const parent = line.rv ? withEdgeRandomness(caller, line.rv) : caller;
     const ids = { traceId: line.trace_id, spanId: line.span_id };
     const span = opts.ids.during(ids, () =>
       tracer.startSpan(

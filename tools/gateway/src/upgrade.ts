@@ -29,7 +29,7 @@ import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders 
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { correlationIdOf } from '@gpu/common/request-context';
-import { tracingOn } from '@gpu/common/tracing';
+import { tracingOn, withEdgeRandomness } from '@gpu/common/tracing';
 import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { FastifyInstance } from 'fastify';
 import { answer, endToEnd, forwardedHeaders, hasDotSegment, head, type RawHeaders, rawProblem } from './forwarding.ts';
@@ -59,7 +59,8 @@ const EARLY_BYTES_MAX = 64 * 1024;
 function upgradeSpans(req: IncomingMessage, route: string, requestId: string) {
   if (!tracingOn()) return undefined;
   const tracer = trace.getTracer('gateway');
-  const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+  // The platform's edge, as for every request the gateway takes: the trace is kept or not by randomness drawn here.
+  const parent = withEdgeRandomness(propagation.extract(ROOT_CONTEXT, req.headers));
   const method = req.method ?? 'GET';
   const server = tracer.startSpan(
     `${method} ${route}`,

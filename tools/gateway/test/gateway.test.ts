@@ -6,8 +6,8 @@
  * presigned 307 passed intact, the request ID added, problems in the platform's shape.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { request } from 'node:http';
-import { connect } from 'node:net';
+import { createServer, request } from 'node:http';
+import { type AddressInfo, connect } from 'node:net';
 import { freePort } from '@gpu/common/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingHarness } from '../../../services/billing/test/support/setup.ts';
@@ -372,6 +372,44 @@ describe.each(engines)('the gateway: $name', (engine) => {
       }
     } finally {
       await own.stop();
+    }
+  });
+
+  it("sends the service the caller's trace with the gateway's own draw in its tracestate, never the caller's", async () => {
+    // An auth that answers the trace headers it got (this process does not trace: the Node gateway passes the
+    // caller's context on, nginx sends its own span's).
+    const echo = createServer((req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }));
+    });
+    await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
+    const own = await engine.start(upstreams({ auth: `http://127.0.0.1:${(echo.address() as AddressInfo).port}` }));
+    try {
+      const seen = async (tracestate: string) => {
+        const res = await fetch(`${own.base}/.well-known/jwks.json`, {
+          headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', tracestate },
+        });
+        expect(res.status).toBe(200);
+        return (await res.json()) as { traceparent: string; tracestate: string };
+      };
+      // A caller with randomness of its own (the highest: always kept): the service gets the gateway's draw instead,
+      // first; the caller's other entries follow it (the Node gateway) or, beside an `ot` entry, are not sent (nginx).
+      const draws = new Set<string>();
+      for (let i = 0; i < 3; i++) {
+        const got = await seen('ot=rv:ffffffffffffff,vendor=theirs');
+        expect(got.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-[0-9a-f]{2}$/);
+        const draw = /^ot=rv:([0-9a-f]{14})(,vendor=theirs)?$/.exec(got.tracestate)?.[1];
+        expect(draw, got.tracestate).toBeDefined();
+        draws.add(draw!);
+      }
+      expect(draws.has('ffffffffffffff')).toBe(false);
+      // A fresh draw for each request.
+      expect(draws.size).toBe(3);
+      // A caller's entries of other vendors follow the gateway's.
+      expect((await seen('vendor=theirs')).tracestate).toMatch(/^ot=rv:[0-9a-f]{14},vendor=theirs$/);
+    } finally {
+      await own.stop();
+      await new Promise((resolve) => echo.close(resolve));
     }
   });
 

@@ -9,11 +9,10 @@
  * instrumentation, no context kept per request, nothing written with outbox events; the only cost is one boolean
  * test per request and per message.
  * On, spans go out in batches over OTLP/HTTP (protobuf) to the endpoint, named by `OTEL_SERVICE_NAME` (default: the
- * service's registry name); `OTEL_TRACES_SAMPLER_ARG` is the fraction of traces kept (default 1), decided by the
- * trace ID alike in every service, for traces a caller began as well: a caller's flag, sampled or not, neither forces
- * a trace to be kept nor keeps it from being kept. Only the W3C trace context travels, never a caller's baggage; a
- * trace not kept travels too (flag 00), so that every hop decides it alike and every log line names its trace
- * (`traceFields`, the loggers' mixin).
+ * service's registry name); `OTEL_TRACES_SAMPLER_ARG` is the fraction of traces kept (default 1), decided alike by
+ * every hop, by randomness the gateway draws for each request it takes (sampling.ts), never by a caller's flag or
+ * trace ID. Only the W3C trace context travels, never a caller's baggage; a trace not kept travels too (flag 00), so
+ * that every hop decides it alike and every log line names its trace (`traceFields`, the loggers' mixin).
  */
 import {
   type Context,
@@ -29,6 +28,9 @@ import {
 import type { IdGenerator, SpanExporter } from '@opentelemetry/sdk-trace';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { PlatformSampler, withEdgeRandomness } from './sampling.ts';
+
+export { edgeTraceState, withEdgeRandomness } from './sampling.ts';
 
 /** Whether tracing was started in this process. */
 let on = false;
@@ -85,13 +87,12 @@ export async function startTracing(opts: TracingOptions): Promise<Tracing | unde
     import('@opentelemetry/instrumentation-undici'),
   ]);
   const exporter = opts.exporter ?? new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
-  // The fraction of traces kept is decided by the trace ID, the same way in every service, for traces a caller began
-  // too: a caller's "sampled" flag does not make the platform trace a request, nor its "not sampled" flag keep the
-  // platform from tracing its share (the platform's own hops, each deciding by the same ID, agree with one another
-  // whatever flag a caller or another hop sent). A caller that chooses its trace IDs still chooses which are kept (a
-  // fixed function of the ID): the edge deciding by its own randomness, and the services following its flag, would
-  // close that (docs/operations.md, "Traces").
-  const ratio = new sdk.TraceIdRatioBasedSampler(samplingRatio(env));
+  // The fraction of traces kept is decided by the gateway's randomness, carried in the trace's `tracestate`, else by
+  // the trace ID, the same way in every hop: a caller's "sampled" flag does not make the platform trace a request, nor
+  // its "not sampled" flag keep the platform from tracing its share, and a caller choosing its trace IDs (or an `rv`
+  // of its own) chooses nothing either (sampling.ts). A span under a parent of this process follows the parent.
+  const fraction = samplingRatio(env);
+  const ratio = new PlatformSampler(fraction, new sdk.TraceIdRatioBasedSampler(fraction));
   const provider = new sdk.TracerProvider({
     resource: resources.resourceFromAttributes({
       [semconv.ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME || opts.service,
@@ -267,9 +268,11 @@ declare module 'fastify' {
 /**
  * A server span per request, its parent the caller's `traceparent`: `GET /providers/:id`, with the method, route,
  * status and request ID. The handler runs in it, so the service's calls and events belong to it. Off: no hooks.
+ * `edge`: the app is where requests enter the platform (the gateway): whether each request's trace is kept is drawn
+ * afresh, whatever the caller's `tracestate` says (sampling.ts).
  */
 export const tracingHooks = fp(
-  async (app: FastifyInstance, opts: { service: string }) => {
+  async (app: FastifyInstance, opts: { service: string; edge?: boolean }) => {
     if (!on) return;
     const serverTracer = tracer(opts.service);
     const enter = (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
@@ -277,7 +280,8 @@ export const tracingHooks = fp(
       else done();
     };
     app.addHook('onRequest', (request, reply, done) => {
-      const parent = propagation.extract(ROOT_CONTEXT, request.headers);
+      const extracted = propagation.extract(ROOT_CONTEXT, request.headers);
+      const parent = opts.edge ? withEdgeRandomness(extracted) : extracted;
       const route = request.routeOptions.url ?? 'unknown route';
       const span = serverTracer.startSpan(
         `${request.method} ${route}`,
