@@ -79,7 +79,7 @@ describe('RateLimiter (PostgreSQL)', () => {
     await limiter.hit(rule, 'failures', k);
     await limiter.hit(rule, 'failures', k);
     expect((await refusal(limiter.check(rule, 'failures', k)))?.code).toBe('RATE_LIMITED');
-    // The third was past the limit: not counted, so it does not keep the key refused any longer.
+    // The third happened past the limit: the window keeps the newest two, the third the last of them.
     const row = await db
       .selectFrom('rate_limits')
       .select(['count', 'hits'])
@@ -87,6 +87,7 @@ describe('RateLimiter (PostgreSQL)', () => {
       .executeTakeFirstOrThrow();
     expect(row.count).toBe(2);
     expect(row.hits).toHaveLength(2);
+    expect(row.hits[0]!.getTime()).toBeLessThanOrEqual(row.hits[1]!.getTime());
   });
 
   /** A key's row as if its events had come `agoSeconds` before now (oldest first). */
@@ -133,6 +134,34 @@ describe('RateLimiter (PostgreSQL)', () => {
     expect(row.count).toBe(2);
     expect(row.hits).toHaveLength(2);
     expect(row.reset_at.getTime() - row.hits[1]!.getTime()).toBe(rule.windowMs);
+  });
+
+  it('keeps a key refused a whole window after attempts that all passed its check at once', async () => {
+    const limiter = new RateLimiter(db);
+    const rule = { max: 2, windowMs: 60_000 };
+    // One failure 50 s ago: one to go. Three attempts check at once, all pass, all fail.
+    const k = key();
+    await plant('raced', k, [50], rule.windowMs);
+    await Promise.all([0, 1, 2].map(() => limiter.check(rule, 'raced', k)));
+    await Promise.all([0, 1, 2].map(() => limiter.hit(rule, 'raced', k)));
+    // Refused until the newest two leave the window, a minute from now; not again in 10 s, when the one of 50 s ago
+    // leaves (the next three would pass then, and three more each time one left).
+    const err = await refusal(limiter.check(rule, 'raced', k));
+    expect(err?.code).toBe('RATE_LIMITED');
+    expect(retryAfter(err)).toBeGreaterThanOrEqual(59);
+    expect(retryAfter(err)).toBeLessThanOrEqual(60);
+  });
+
+  it('takes no rule that lets nothing through, or in no time', async () => {
+    const limiter = new RateLimiter(db);
+    for (const rule of [
+      { max: 0, windowMs: 60_000 },
+      { max: 1.5, windowMs: 60_000 },
+      { max: 1, windowMs: 0 },
+    ]) {
+      await expect(limiter.consume(rule, 'bad', key())).rejects.toThrow(/a rate rule needs/);
+      await expect(limiter.check(rule, 'bad', key())).rejects.toThrow(/a rate rule needs/);
+    }
   });
 
   it("reads a row of the fixed-window version as its events at its window's start", async () => {

@@ -9,8 +9,12 @@
  * `max` through across its edge: `max` at its end, `max` more at the next
  * one's start). Retry-After is the time until the oldest of them leaves the
  * window. Each check or count is one statement, one round trip; the upsert is
- * atomic, so N concurrent `consume` calls let exactly `max` through. Time is
- * the database's, so instances whose clocks disagree still agree on the window.
+ * atomic, so N concurrent `consume` calls let exactly `max` through. A `check`
+ * before the event and a `hit` after it (a failed login) cannot be one
+ * statement: concurrent attempts at a key with one event to go all pass the
+ * check, and their hits, past the limit too, keep the newest `max`, so the key
+ * is refused for a whole window from the last of them. Time is the database's,
+ * so instances whose clocks disagree still agree on the window.
  *
  * The table (each service that limits creates it in its migrations; UNLOGGED:
  * counts are cheap to write and may be lost in a crash of the database):
@@ -26,7 +30,9 @@
  * `refused` says whether the row's last statement refused its event. A row
  * written by the fixed-window version (no `hits`: `count` events in a window
  * ending at `reset_at`) is read as `count` events at the start of that window,
- * so they leave it when that window ended.
+ * so they leave it when that window ended; while instances of that version
+ * still run, each version counts in its own columns and neither sees the
+ * other's events on a row the other wrote last.
  *
  * Rows holding nothing are deleted lazily: every `purgeEvery` counts made by
  * one limiter, one DELETE runs in the background (`purgeExpired()` does it on demand).
@@ -76,6 +82,14 @@ interface WindowRow {
 
 const DEFAULT_PURGE_EVERY = 1000;
 
+/** A rule as the statements take it: at least one event in a window of some time (a bad one is the caller's bug). */
+function checked(rule: RateRule): RateRule {
+  if (!Number.isInteger(rule.max) || rule.max < 1 || !(rule.windowMs > 0)) {
+    throw new Error(`a rate rule needs max >= 1 and a window > 0 ms: ${JSON.stringify(rule)}`);
+  }
+  return rule;
+}
+
 /** A rule's window as an SQL interval (milliseconds as float8: a window past 2^31 ms is no integer overflow). */
 const windowOf = (rule: RateRule) => sql`(${rule.windowMs}::float8 * interval '1 millisecond')`;
 
@@ -123,6 +137,7 @@ export class RateLimiter {
   /** Refuses (429 with Retry-After) when the key already used up its window; counts nothing. */
   async check(rule: RateRule, name: string, key: string, on: RateLimitExecutor = this.db): Promise<void> {
     if (!this.enabled) return;
+    checked(rule);
     const { rows } = await sql<WindowRow>`
       SELECT cardinality(w.live) >= ${rule.max}::int AS refused, ${retryMs(rule, sql`w.live`)} AS retry_ms
       FROM rate_limits r, LATERAL (SELECT ${liveHits(rule)} AS live) w
@@ -131,10 +146,14 @@ export class RateLimiter {
     if (w?.refused) throw errors.rateLimited(retryAfterSeconds(w.retry_ms));
   }
 
-  /** Counts one event for the key. */
+  /**
+   * Counts one event that happened (a failure, say) for the key, refusing nothing: past the limit too, when the
+   * window keeps its newest `max` events, so that events let through together by a `check` each before its `hit`
+   * (concurrent attempts at a key with one event to go) keep the key refused for a whole window from the newest.
+   */
   async hit(rule: RateRule, name: string, key: string, on: RateLimitExecutor = this.db): Promise<void> {
     if (!this.enabled) return;
-    await this.count(rule, name, key, on);
+    await this.count(rule, name, key, on, true);
   }
 
   /** Counts one event and refuses it when it is past the limit: the usual "N attempts per window". */
@@ -153,19 +172,30 @@ export class RateLimiter {
 
   /**
    * The one statement behind `hit` and `consume`: counts the event, unless `max` events of the key are already in the
-   * window before now, which refuses it. A refused event is not counted, so however hard a key is hammered, it is let
-   * through again once its oldest counted event leaves the window.
+   * window before now, which refuses it (`refused`). A refused event is not counted (`consume`: so however hard a key
+   * is hammered, it is let through again once its oldest counted event leaves the window), unless it happened all the
+   * same (`happened`: `hit`), when the newest `max` are kept. The times are kept in order (a statement that waited for
+   * the row's lock may bring a time older than the one before it), so that `reset_at` is when the newest leaves.
    */
-  private async count(rule: RateRule, name: string, key: string, on: RateLimitExecutor): Promise<WindowRow> {
-    const window = windowOf(rule);
+  private async count(
+    rule: RateRule,
+    name: string,
+    key: string,
+    on: RateLimitExecutor,
+    happened = false,
+  ): Promise<WindowRow> {
+    const window = windowOf(checked(rule));
     const { rows } = await sql<WindowRow>`
       INSERT INTO rate_limits AS r (name, key, count, reset_at, hits, refused)
       VALUES (${name}, ${key}, 1, statement_timestamp() + ${window}, ARRAY[statement_timestamp()], false)
       ON CONFLICT (name, key) DO UPDATE SET (hits, refused, count, reset_at) = (
-        SELECT n.hits, n.refused, cardinality(n.hits), n.hits[cardinality(n.hits)] + ${window}
-        FROM (
-          SELECT CASE WHEN w.full THEN w.live ELSE w.live || statement_timestamp() END AS hits, w.full AS refused
-          FROM (SELECT ${liveHits(rule)} AS live, cardinality(${liveHits(rule)}) >= ${rule.max}::int AS full) w
+        SELECT n.hits, w.full, cardinality(n.hits), n.hits[cardinality(n.hits)] + ${window}
+        FROM (SELECT l.live, cardinality(l.live) >= ${rule.max}::int AS full FROM (SELECT ${liveHits(rule)} AS live) l) w,
+        LATERAL (
+          SELECT CASE WHEN w.full AND NOT ${happened}::boolean THEN w.live ELSE ARRAY(
+            SELECT t FROM (
+              SELECT t FROM unnest(w.live || statement_timestamp()) t ORDER BY t DESC LIMIT ${rule.max}::int) newest
+            ORDER BY t) END AS hits
         ) n)
       RETURNING r.refused, ${retryMs(rule, sql`r.hits`)} AS retry_ms`.execute(on);
     if (++this.countsSincePurge >= this.purgeEvery) {

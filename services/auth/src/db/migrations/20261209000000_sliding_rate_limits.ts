@@ -3,9 +3,11 @@
  * (`hits`, oldest first, at most the rule's maximum), and whether its last statement refused its event (`refused`), so
  * that a limit holds over every span of its window, where a fixed window let twice the limit through across its edge
  * (the `RateLimiter` of @gpu/common). The rows of the fixed-window version stay as they are: the new version reads one
- * as its `count` events at the start of its window, so a window under way keeps refusing until it ends; that version's
- * instances, while they drain, go on counting in `count` and `reset_at`, which the new one keeps as the number of events
- * in the window and when the newest leaves it. Frozen: never edit, add a new migration.
+ * as its `count` events at the start of its window, so a window under way keeps refusing until it ends. While that
+ * version's instances drain they go on counting in `count` and `reset_at`, which the new version writes too (the
+ * number of events in the window, and when the newest leaves it) but reads only on a row of the old shape: during the
+ * deploy a client whose attempts reach both versions may get up to twice a limit. Frozen: never edit, add a new
+ * migration.
  */
 import { type Kysely, sql } from 'kysely';
 
