@@ -228,6 +228,43 @@ describe("tracing on: the edge's randomness decides, not the caller", () => {
     expect(edgeTraceState(`ot=th:0;rv:${ALWAYS},vendor=theirs`)).toMatch(/^ot=rv:[0-9a-f]{14},vendor=theirs$/);
     expect(edgeTraceState(`ot=rv:${ALWAYS}`)).not.toContain(ALWAYS);
     expect(edgeTraceState(undefined)).toMatch(/^ot=rv:[0-9a-f]{14}$/);
+    // Another `ot` later in the list (OpenTelemetry's parser keeps the last of a key), however spaced: gone.
+    for (const sneaky of [
+      `vendor=theirs,\u00a0ot=rv:${ALWAYS}`,
+      `a=1, \tot=rv:${ALWAYS}`,
+      ['a=1', `ot=rv:${ALWAYS}`],
+    ]) {
+      const sent = edgeTraceState(sneaky);
+      expect(sent).toMatch(/^ot=rv:[0-9a-f]{14}(,|$)/);
+      expect(sent).not.toContain(ALWAYS);
+    }
+    // A full list, or a long one: the edge's entry first all the same, within W3C's 32 entries and 512 characters
+    // (the oldest of the caller's dropped).
+    const full = Array.from({ length: 32 }, (_, i) => `v${i}=x`).join(',');
+    const long = `a=${'x'.repeat(250)},b=${'y'.repeat(250)}`;
+    for (const list of [full, long]) {
+      const sent = edgeTraceState(list);
+      expect(sent).toMatch(/^ot=rv:[0-9a-f]{14},/);
+      expect(sent.split(',').length).toBeLessThanOrEqual(32);
+      expect(sent.length).toBeLessThanOrEqual(512);
+    }
+    expect(edgeTraceState(long)).toMatch(/^ot=rv:[0-9a-f]{14},a=x{250}$/);
+  });
+
+  it('carries its draw on under a caller whose tracestate is full', async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracing = await startTracing({ service: 'test', exporter, env: { OTEL_TRACES_SAMPLER_ARG: '0.5' } });
+    const app = await contextApp(true);
+    try {
+      const full = Array.from({ length: 32 }, (_, i) => `v${i}=x`).join(',');
+      const res = await app.inject({ url: '/work', headers: headers(KEPT_AT_HALF, full) });
+      const carried = res.json() as { traceparent: string; tracestate: string };
+      expect(carried.tracestate).toMatch(/^ot=rv:[0-9a-f]{14},v0=x,/);
+      expect(carried.tracestate.split(',')).toHaveLength(32);
+    } finally {
+      await app.close();
+      await tracing?.shutdown();
+    }
   });
 });
 

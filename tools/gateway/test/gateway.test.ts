@@ -407,6 +407,15 @@ describe.each(engines)('the gateway: $name', (engine) => {
       expect(draws.size).toBe(3);
       // A caller's entries of other vendors follow the gateway's.
       expect((await seen('vendor=theirs')).tracestate).toMatch(/^ot=rv:[0-9a-f]{14},vendor=theirs$/);
+      // Randomness of the caller's that a parser would read after the gateway's (a later entry with the same key wins
+      // in OpenTelemetry's), however it is spaced: never sent on.
+      for (const sneaky of ['vendor=theirs,\u00a0ot=rv:ffffffffffffff', 'vendor=theirs, \tot=rv:ffffffffffffff']) {
+        const got = await seen(sneaky);
+        expect(got.tracestate, JSON.stringify(sneaky)).toMatch(/^ot=rv:[0-9a-f]{14}(,vendor=theirs)?$/);
+      }
+      // A full list (32 entries) still gets the gateway's first.
+      const full = Array.from({ length: 32 }, (_, i) => `v${i}=x`).join(',');
+      expect((await seen(full)).tracestate).toMatch(/^ot=rv:[0-9a-f]{14}(,|$)/);
     } finally {
       await own.stop();
       await new Promise((resolve) => echo.close(resolve));

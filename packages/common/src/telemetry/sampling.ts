@@ -9,7 +9,9 @@
  * decides by the value it finds in its parent's `tracestate`, which the trace context carries everywhere the trace goes
  * (calls, outbox events, NATS messages, the session's context a daemon continues). A trace with no `rv` (one a service
  * began, or a caller reached a service without the gateway) is decided by its trace ID (OpenTelemetry's
- * TraceIdRatioBasedSampler), alike everywhere too. A caller's sampled flag decides nothing anywhere.
+ * TraceIdRatioBasedSampler), alike everywhere too. A caller's sampled flag decides nothing anywhere. The edge cannot
+ * tell a caller that carries the platform's own draw (a daemon's HTTP report on a session) from one that makes up its
+ * own: it draws afresh for every request it takes (docs/operations.md, "Traces").
  *
  * Before, the trace ID decided everywhere: a caller that picked its trace IDs picked which requests were kept, and at
  * a fraction below 1 could have every request it sent traced.
@@ -20,7 +22,6 @@ import {
   type Attributes,
   type Context,
   createContextKey,
-  createTraceState,
   type Link,
   type Sampler,
   SamplingDecision,
@@ -56,7 +57,58 @@ export function withEdgeRandomness(ctx: Context, randomness: string = drawRandom
  */
 export function edgeTraceState(header: string | string[] | undefined): string {
   const text = Array.isArray(header) ? header.join(',') : (header ?? '');
-  return withRandomness(createTraceState(text), drawRandomness()).serialize();
+  return withRandomness(text, drawRandomness()).serialize();
+}
+
+/** W3C's bounds on a `tracestate`: list members, and characters. */
+const MAX_MEMBERS = 32;
+const MAX_LENGTH = 512;
+
+/**
+ * A `tracestate` of members in order, newest first (OpenTelemetry's TraceState interface, immutable). The platform's
+ * own, so that its `ot` entry always fits: the API's and the core's refuse to add an entry to a full list (32 members,
+ * or 512 characters) and return the list unchanged, which would send the caller's list on without the edge's draw.
+ */
+class MemberList implements TraceState {
+  constructor(private readonly members: readonly (readonly [string, string])[]) {}
+
+  get(key: string): string | undefined {
+    return this.members.find(([k]) => k === key)?.[1];
+  }
+
+  set(key: string, value: string): TraceState {
+    return new MemberList([[key, value], ...this.members.filter(([k]) => k !== key)]);
+  }
+
+  unset(key: string): TraceState {
+    return new MemberList(this.members.filter(([k]) => k !== key));
+  }
+
+  serialize(): string {
+    return this.members.map(([k, v]) => `${k}=${v}`).join(',');
+  }
+}
+
+/**
+ * `state` (a list, or a header's text) with `ot=rv:<randomness>` first and its own `ot` entries gone (however spaced:
+ * each member is trimmed as OpenTelemetry's parsers trim it), then as many of its other members as fit W3C's bounds,
+ * dropped from the right (the oldest) as W3C has a hop do.
+ */
+function withRandomness(state: TraceState | string | undefined, randomness: string): TraceState {
+  const text = typeof state === 'string' ? state : (state?.serialize() ?? '');
+  const members: [string, string][] = [['ot', `rv:${randomness}`]];
+  let length = `ot=rv:${randomness}`.length;
+  for (const part of text.split(',')) {
+    const member = part.trim();
+    const at = member.indexOf('=');
+    if (at <= 0) continue;
+    const key = member.slice(0, at);
+    if (key === 'ot' || members.some(([k]) => k === key)) continue;
+    if (members.length >= MAX_MEMBERS || length + 1 + member.length > MAX_LENGTH) break;
+    members.push([key, member.slice(at + 1)]);
+    length += 1 + member.length;
+  }
+  return new MemberList(members);
 }
 
 /** The `rv` of a `tracestate`'s `ot` entry (`ot=th:8;rv:...`: sub-keys separated by `;`), if it has a valid one. */
@@ -70,11 +122,6 @@ function randomnessOf(state: TraceState | undefined): string | undefined {
     }
   }
   return undefined;
-}
-
-/** `state` with its `ot` entry replaced by `rv:<randomness>` (first: the newest entry, as W3C orders them). */
-function withRandomness(state: TraceState | undefined, randomness: string): TraceState {
-  return (state ?? createTraceState()).unset('ot').set('ot', `rv:${randomness}`);
 }
 
 /**
