@@ -60,8 +60,9 @@ describe('RateLimiter (PostgreSQL)', () => {
     const rule = { max: 1, windowMs: 30 * 86_400_000 };
     const k = key();
     await limiter.consume(rule, 'month', k);
-    for (const refused of [limiter.consume(rule, 'month', k), limiter.check(rule, 'month', k)]) {
-      const err = await refusal(refused);
+    // One after the other: a refusal awaited only once the other settled would reject unhandled meanwhile.
+    for (const refused of [() => limiter.consume(rule, 'month', k), () => limiter.check(rule, 'month', k)]) {
+      const err = await refusal(refused());
       expect(err?.code).toBe('RATE_LIMITED');
       const retryAfter = Number(err?.headers?.['retry-after']);
       expect(retryAfter).toBeGreaterThan(30 * 86_400 - 60);
@@ -107,8 +108,8 @@ describe('RateLimiter (PostgreSQL)', () => {
     // 50 s after it, letting two more through 10 s from now: four within 20 s.)
     const full = key();
     await plant('sliding', full, [50, 10], rule.windowMs);
-    for (const refused of [limiter.consume(rule, 'sliding', full), limiter.check(rule, 'sliding', full)]) {
-      const err = await refusal(refused);
+    for (const refused of [() => limiter.consume(rule, 'sliding', full), () => limiter.check(rule, 'sliding', full)]) {
+      const err = await refusal(refused());
       expect(err?.code).toBe('RATE_LIMITED');
       // Until the one of 50 s ago leaves the window.
       expect(retryAfter(err)).toBeGreaterThanOrEqual(9);
