@@ -9,16 +9,15 @@ import {
   appendAudit,
   createLogger,
   migrateToLatest,
-  openDatabase,
   purgeAudit,
   setAuditRetention,
   verifyAuditChain,
 } from '@gpu/common';
-import { asIntruder, createTestDatabase, untilOlder } from '@gpu/common/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { asIntruder, untilOlder } from '@gpu/common/testing';
+import { sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
-import { billingMigrations } from '../src/db/migrations/index.ts';
 import type { BillingDB } from '../src/db/schema.ts';
+import { unmigratedBilling } from './support/migrations.ts';
 import { useBillingHarness } from './support/setup.ts';
 
 const h = useBillingHarness();
@@ -191,22 +190,8 @@ describe('a database made before the chain', () => {
   });
 
   it('has the events it held chained by the migration, in the order they were written', async () => {
-    const test = await createTestDatabase('billing');
-    const database = await openDatabase<unknown>({ url: test.url, poolSize: 2 });
-    dbs.push({
-      close: async () => {
-        await database.close();
-        await test.drop();
-      },
-    });
-    const db = database.db as Kysely<unknown>;
-    const migrations = billingMigrations(6);
-    const migrator = new Migrator({
-      db,
-      provider: { getMigrations: async () => migrations },
-      migrationTableName: 'billing_service_migrations',
-      migrationLockTableName: 'billing_service_migrations_lock',
-    });
+    const { db, migrator, migrations, close } = await unmigratedBilling();
+    dbs.push({ close });
     const before = await migrator.migrateTo('0021-payout-pause');
     expect(before.error).toBeUndefined();
     for (const [action, at] of [

@@ -3,11 +3,9 @@
  * version that still counted there, with a window in it, the table is gone after the migration, and migrating back
  * puts it back as 0037 made it (unlogged, empty), so that the version before can run again.
  */
-import { openDatabase } from '@gpu/common';
-import { createTestDatabase } from '@gpu/common/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, expect, it } from 'vitest';
-import { billingMigrations } from '../src/db/migrations/index.ts';
+import { unmigratedBilling } from './support/migrations.ts';
 
 const closing: (() => Promise<void>)[] = [];
 afterAll(async () => {
@@ -27,20 +25,8 @@ async function rateLimits(db: Kysely<unknown>) {
 }
 
 it('drops the counters of the version before, and migrating back makes the table again', async () => {
-  const test = await createTestDatabase('billing');
-  const database = await openDatabase<unknown>({ url: test.url, poolSize: 2 });
-  closing.push(async () => {
-    await database.close();
-    await test.drop();
-  });
-  const db = database.db as Kysely<unknown>;
-  const migrations = billingMigrations(6);
-  const migrator = new Migrator({
-    db,
-    provider: { getMigrations: async () => migrations },
-    migrationTableName: 'billing_service_migrations',
-    migrationLockTableName: 'billing_service_migrations_lock',
-  });
+  const { db, migrator, close } = await unmigratedBilling();
+  closing.push(close);
   expect((await migrator.migrateTo('0045-withdrawals-by-wallet')).error).toBeUndefined();
   await sql`INSERT INTO rate_limits (name, key, count, reset_at)
     VALUES ('withdrawals', 'a wallet', 3, now() + interval '1 hour')`.execute(db);
