@@ -74,7 +74,7 @@ export interface RateLimiterOptions {
 }
 
 interface WindowRow {
-  /** Whether the key had used up its window: the event was refused (and not counted). */
+  /** Whether the key had used up its window before the event: `consume` refuses it (and does not count it). */
   refused: boolean;
   /** Milliseconds until the oldest event that fills the window leaves it. */
   retry_ms: number;
