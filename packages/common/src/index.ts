@@ -95,7 +95,7 @@ export {
 export { GroupCommit, type GroupCommitOptions, type GroupCommitStats } from './db/group-commit.ts';
 export { cursorAt, newerThan, olderThan } from './db/keyset.ts';
 export { boundedRead, countReadFailures, databaseGauge, metricReadFailed } from './db/metric-read.ts';
-export { migrateToLatest } from './db/migrate.ts';
+export { migrateToLatest, serviceMigrator } from './db/migrate.ts';
 export {
   type RateLimitDatabase,
   type RateLimitExecutor,

@@ -10,11 +10,12 @@ import {
   migrateToLatest,
   openDatabase,
   purgeAudit,
+  serviceMigrator,
   setAuditRetention,
   verifyAuditChain,
 } from '@gpu/common';
 import { asIntruder, createTestDatabase } from '@gpu/common/testing';
-import { type Kysely, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../src/db/migrations/index.ts';
 import { ensureInitialAdmin } from '../src/domain/accounts/index.ts';
@@ -156,12 +157,7 @@ describe("auth's audit trail, chained by hash", () => {
     const database = await openDatabase<unknown>({ url: test.url, poolSize: 2 });
     try {
       const db = database.db as Kysely<unknown>;
-      const migrator = new Migrator({
-        db,
-        provider: { getMigrations: async () => migrations },
-        migrationTableName: 'auth_service_migrations',
-        migrationLockTableName: 'auth_service_migrations_lock',
-      });
+      const migrator = serviceMigrator(db, 'auth-service', migrations);
       expect((await migrator.migrateTo('20261205000000_audit_trail')).error).toBeUndefined();
       for (const [action, at] of [
         ['later', '2026-05-02T00:00:00Z'],

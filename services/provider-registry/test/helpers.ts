@@ -6,6 +6,7 @@ import {
   type Database,
   type EventPublisher,
   openDatabase,
+  serviceMigrator,
   type TokenVerifier,
 } from '@gpu/common';
 import {
@@ -18,7 +19,7 @@ import {
   testEnv,
 } from '@gpu/common/testing';
 import { connect, type NatsConnection, type Subscription } from '@nats-io/transport-node';
-import { type Kysely, Migrator } from 'kysely';
+import type { Kysely, Migrator } from 'kysely';
 import { buildApp, type RegistryApp } from '../src/app.ts';
 import { type RegistryConfig, registryConfigSchema } from '../src/config.ts';
 import { migrateRegistry } from '../src/db/migrate.ts';
@@ -329,10 +330,5 @@ export async function ageProvider(database: Database<RegistryDB>, id: string, ms
 /** Kysely's migrator over the registry's migrations and tables, for a test that migrates down to a given one. */
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on Kysely<any>, as the migrator does
 export function registryMigrator(db: Kysely<any>): Migrator {
-  return new Migrator({
-    db,
-    provider: { getMigrations: async () => migrations },
-    migrationTableName: 'provider_registry_migrations',
-    migrationLockTableName: 'provider_registry_migrations_lock',
-  });
+  return serviceMigrator(db, 'provider-registry', migrations);
 }

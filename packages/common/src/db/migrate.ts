@@ -6,13 +6,28 @@
  * create its tables if missing): a service running as a role that may not
  * create tables starts on a database its migration step made (db/roles.ts).
  */
-import { type Kysely, type Migration, sql } from 'kysely';
+import { type Kysely, type Migration, Migrator, sql } from 'kysely';
 import type { Logger } from 'pino';
 
 /** The migrator's tables of a service: its migrations and their lock. */
 export function migrationTables(service: string): [string, string] {
   const table = service.replaceAll('-', '_');
   return [`${table}_migrations`, `${table}_migrations_lock`];
+}
+
+/**
+ * Kysely's migrator over a service's migrations, on its own tables (`migrationTables`): the one the service starts
+ * with, and the one a test takes to migrate to a given migration, or down.
+ */
+export function serviceMigrator(db: Kysely<unknown>, service: string, migrations: Record<string, Migration>): Migrator {
+  const [migrationTableName, migrationLockTableName] = migrationTables(service);
+  return new Migrator({
+    // biome-ignore lint/suspicious/noExplicitAny: migrations are frozen and written against Kysely<any>
+    db: db as Kysely<any>,
+    provider: { getMigrations: async () => migrations },
+    migrationTableName,
+    migrationLockTableName,
+  });
 }
 
 /** Whether every one of `names` is recorded as applied. */
@@ -30,17 +45,9 @@ export async function migrateToLatest(
   migrations: Record<string, Migration>,
   log?: Logger,
 ): Promise<void> {
-  const { Migrator } = await import('kysely');
-  const [migrationTableName, migrationLockTableName] = migrationTables(service);
+  const [migrationTableName] = migrationTables(service);
   if (await upToDate(db, migrationTableName, Object.keys(migrations))) return;
-  const migrator = new Migrator({
-    // biome-ignore lint/suspicious/noExplicitAny: migrations are frozen and written against Kysely<any>
-    db: db as Kysely<any>,
-    provider: { getMigrations: async () => migrations },
-    migrationTableName,
-    migrationLockTableName,
-  });
-  const { error, results } = await migrator.migrateToLatest();
+  const { error, results } = await serviceMigrator(db, service, migrations).migrateToLatest();
   for (const r of results ?? []) {
     if (r.status === 'Success') log?.info({ migration: r.migrationName }, 'migration applied');
     if (r.status === 'Error') log?.error({ migration: r.migrationName }, 'migration failed');

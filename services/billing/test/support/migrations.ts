@@ -2,9 +2,9 @@
  * A fresh billing database with none of billing's migrations applied, and a Migrator over them under billing's own
  * table names: for tests of what a migration does to the data of the version before it.
  */
-import { openDatabase } from '@gpu/common';
+import { openDatabase, serviceMigrator } from '@gpu/common';
 import { createTestDatabase } from '@gpu/common/testing';
-import { type Kysely, Migrator } from 'kysely';
+import type { Kysely, Migrator } from 'kysely';
 import { billingMigrations } from '../../src/db/migrations/index.ts';
 
 export interface UnmigratedBilling {
@@ -21,12 +21,7 @@ export async function unmigratedBilling(): Promise<UnmigratedBilling> {
   const database = await openDatabase<unknown>({ url: test.url, poolSize: 2 });
   const db = database.db as Kysely<unknown>;
   const migrations = billingMigrations(6);
-  const migrator = new Migrator({
-    db,
-    provider: { getMigrations: async () => migrations },
-    migrationTableName: 'billing_service_migrations',
-    migrationLockTableName: 'billing_service_migrations_lock',
-  });
+  const migrator = serviceMigrator(db, 'billing-service', migrations);
   return {
     db,
     migrator,
