@@ -3,7 +3,8 @@
  * runs in the workload's own namespaces, as its user, with its variables (and nothing of the daemon's), under its
  * limits; with a terminal, its size follows the renter's window and Ctrl-C reaches its program.
  */
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,7 +13,7 @@ import { gpuSource } from '../src/gpu/source.ts';
 import { drained, type ExecProcess, startExec } from '../src/reach/exec.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import { entryCommand, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
+import { entryCommand, OWNER_USERNS, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
 import { pidWhileRunning, processRef } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
@@ -216,5 +217,35 @@ describe('a program entering a running workload', () => {
 describe('the variables file', () => {
   it('quotes every value for the shell that reads it, and leaves out names a shell cannot set', () => {
     expect(shellAssignments({ A: "x'y", B: '$(id)', 'BAD-NAME': 'v' })).toBe("A='x'\\''y'\nB='$(id)'\n");
+  });
+});
+
+describe("a daemon that is not root: the sandbox's owning user namespace (OWNER_USERNS)", () => {
+  /** Runs `argv` through the script, for the process `pid` said to have started at `start`. */
+  const through = (pid: number, start: string, argv: string[]) =>
+    spawnSync('perl', ['-e', OWNER_USERNS, String(pid), start, ...argv], { encoding: 'utf8' });
+
+  it("gives the command the user namespace owning the process's network namespace, as descriptor 4", async () => {
+    const own = through(process.pid, processRef(process.pid)!.start, ['readlink', '/proc/self/fd/4']);
+    expect(own).toMatchObject({ status: 0, stdout: `${readlinkSync('/proc/self/ns/user')}\n` });
+    // A sandbox's: not the user namespace its processes are in (bubblewrap nested that one), the one it was made in.
+    const w = await idleWorkload();
+    const init = w.sandbox.entry.pid()!;
+    const owner = through(init, processRef(init)!.start, ['readlink', '/proc/self/fd/4']);
+    expect(owner.status).toBe(0);
+    expect(owner.stdout).toMatch(/^user:\[\d+\]\n$/);
+    expect(owner.stdout.trim()).not.toBe(readlinkSync(`/proc/${init}/ns/user`));
+    expect(owner.stdout.trim()).not.toBe(readlinkSync('/proc/self/ns/user'));
+  });
+
+  it('refuses a process that started at another time than the daemon saw (its PID given again), or is gone', () => {
+    const start = processRef(process.pid)!.start;
+    for (const [pid, told] of [
+      [process.pid, `${start}9`],
+      [spawnSync('true').pid, start],
+    ] as const) {
+      const r = through(pid, told, ['echo', 'entered']);
+      expect(r).toMatchObject({ status: 126, stdout: '', stderr: 'gpu: the workload has ended\n' });
+    }
   });
 });

@@ -7,7 +7,8 @@
  * workload reached this way gets a small forwarder at its first forward: the daemon's own node, started by
  * `nsenter --net` in the network namespace of the workload's first process (only that namespace: it runs the
  * machine's files) with no group of root's and no new privileges (`setpriv`), which makes itself the workload's user
- * (no capability left) before anything else. For each
+ * (no capability left) before anything else. A daemon that is not root (its sandboxes run as its own user) joins the
+ * sandbox's owning user namespace first, as entering does (entry.ts, `OWNER_USERNS`), keeping its credentials. For each
  * connection it connects inside and hands the connected socket back to the daemon over its IPC channel (a socket
  * pair only the daemon holds; the descriptor passes, the bytes do not): the daemon then holds an ordinary socket of
  * the workload's namespace, and the renter's bytes go between it and the program with no process between. The
@@ -19,15 +20,16 @@
  * session's entry is no longer the one it serves, and at the link's stop, and it exits by itself when the daemon is
  * gone (its IPC channel closes). The connections into a workload are closed when it ends.
  *
- * Root only: a sandbox's namespaces belong to a user namespace only root enters (entry.ts), a container's to root's
- * runtime. A daemon not running as root refuses every forward.
+ * A container's ports are forwarded by a daemon running as root only (its namespaces are its runtime's): a daemon that
+ * is not root refuses those forwards.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relayBytes } from '@gpu/common/byte-relay';
 import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
-import { type Entry, HELPERS_PATH } from '../workloads/entry.ts';
+import { type Entry, HELPERS_PATH, OWNER_USERNS } from '../workloads/entry.ts';
+import { startTimeOf } from '../workloads/processes.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
 type ForwardFailure = 'invalid' | 'no_workload' | 'refused' | 'unavailable';
@@ -47,15 +49,17 @@ const CONNECT_TIMEOUT_MS = 10_000;
 const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * The forwarder (CommonJS, run by `node -e`; its arguments: its name, the session, the workload's user ID). It takes
- * the workload's user first of all: it starts as root, for the daemon's node may be where only root can read it (an
- * installation under /root). It connects a paused socket: a paused one reads nothing before it is handed over, so no
- * byte of the program's stays behind in this process.
+ * The forwarder (CommonJS, run by `node -e`; its arguments: its name, the session, the workload's user ID, empty for
+ * the daemon's own). It takes the workload's user first of all: it starts as root, for the daemon's node may be where
+ * only root can read it (an installation under /root). It connects a paused socket: a paused one reads nothing before
+ * it is handed over, so no byte of the program's stays behind in this process.
  */
 const FORWARDER = `
-const uid = Number(process.argv[3]);
-process.setgid(uid);
-process.setuid(uid);
+if (process.argv[3] !== '') {
+  const uid = Number(process.argv[3]);
+  process.setgid(uid);
+  process.setuid(uid);
+}
 const net = require('node:net');
 process.on('disconnect', () => process.exit(0));
 process.on('message', ({ id, port }) => {
@@ -91,33 +95,53 @@ class Forwarder {
   /** Whether its process ended (a later forward starts another). */
   exited = false;
 
+  /** `uid`: the workload's user (a root daemon's), or undefined for the daemon's own (`start`: the PID's start). */
   constructor(
     readonly entry: Entry,
     sessionId: string,
     pid: number,
-    uid: number,
+    start: string,
+    uid: number | undefined,
   ) {
-    this.child = spawn(
-      'nsenter',
-      [
-        `--target=${pid}`,
-        '--net',
-        '--',
-        'setpriv',
-        '--clear-groups',
-        '--no-new-privs',
-        '--inh-caps=-all',
-        '--',
-        process.execPath,
-        '-e',
-        FORWARDER,
-        // Its name in `ps`.
-        'gpu-port-forwarder',
-        sessionId,
-        String(uid),
-      ],
-      { env: { PATH: HELPERS_PATH }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'], cwd: '/' },
-    );
+    const forwarder = [
+      'setpriv',
+      // A root daemon's forwarder makes itself the workload's user. Another's is its own user, which the sandbox's
+      // owning user namespace maps to its root (bubblewrap sets up as that root): it keeps no capability there.
+      ...(uid === undefined ? ['--bounding-set=-all'] : ['--clear-groups']),
+      '--no-new-privs',
+      '--inh-caps=-all',
+      '--',
+      process.execPath,
+      '-e',
+      FORWARDER,
+      // Its name in `ps`.
+      'gpu-port-forwarder',
+      sessionId,
+      uid === undefined ? '' : String(uid),
+    ];
+    const [command, ...args] =
+      uid === undefined
+        ? // Through the sandbox's owning user namespace (descriptor 4), credentials kept.
+          [
+            'perl',
+            '-e',
+            OWNER_USERNS,
+            String(pid),
+            start,
+            'nsenter',
+            '--user=/proc/self/fd/4',
+            `--target=${pid}`,
+            '--net',
+            '--preserve-credentials',
+            '--',
+            ...forwarder,
+          ]
+        : ['nsenter', `--target=${pid}`, '--net', '--', ...forwarder];
+    this.child = spawn(command!, args, {
+      env: { PATH: HELPERS_PATH },
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      cwd: '/',
+    });
     this.child.stderr?.on('data', (d: Buffer) => {
       this.stderr = `${this.stderr}${d}`.slice(-500);
     });
@@ -201,7 +225,7 @@ export class WorkloadPorts {
   /**
    * A TCP connection to `127.0.0.1:<port>` inside the session's workload, half-open. Rejects with a ForwardError:
    * `refused` when nothing listens there, `no_workload`, `invalid` (not a session ID, or a port outside 1-65535) or
-   * `unavailable` (a daemon not running as root, a forwarder that could not start).
+   * `unavailable` (a container's port and a daemon not running as root, a forwarder that could not start).
    */
   async connect(sessionId: string, port: number): Promise<Socket> {
     if (!SESSION_ID.test(sessionId) || !Number.isInteger(port) || port < 1 || port > 65_535) {
@@ -226,12 +250,19 @@ export class WorkloadPorts {
     // An earlier workload's: it must not hold that one's namespace. (One that exited keeps its connections until
     // its workload ends.)
     if (current && current.entry !== entry) current.kill();
-    if (process.getuid?.() !== 0 || entry.uid === undefined) {
-      throw new ForwardError('unavailable', 'forwarding a port needs the daemon to run as root');
+    const root = process.getuid?.() === 0;
+    if (!root && entry.kind === 'container') {
+      throw new ForwardError('unavailable', "forwarding a container's port needs the daemon to run as root");
+    }
+    if (root !== (entry.uid !== undefined)) {
+      throw new ForwardError('unavailable', 'the workload runs as another user than this daemon would reach it as');
     }
     const pid = entry.pid();
-    if (pid === null) throw new ForwardError('no_workload', 'the workload is not set up yet, or has ended');
-    const forwarder = new Forwarder(entry, sessionId, pid, entry.uid);
+    const start = pid === null ? null : startTimeOf(pid);
+    if (pid === null || start === null) {
+      throw new ForwardError('no_workload', 'the workload is not set up yet, or has ended');
+    }
+    const forwarder = new Forwarder(entry, sessionId, pid, start, entry.uid);
     this.forwarders.set(sessionId, forwarder);
     const retire = () => {
       forwarder.kill();

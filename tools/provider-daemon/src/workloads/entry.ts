@@ -2,14 +2,19 @@
  * How a renter's program enters a running workload (`gpu exec`, `gpu shell`: reach/): the way `docker exec` does it,
  * into the workload's own namespaces and limits, never into the machine's.
  *
- * - **Sandbox** (a daemon running as root): `nsenter` joins the namespaces of the sandbox's first process (mount, PID,
- *   network, IPC, UTS, cgroup; bubblewrap made them in a user namespace no process is left in, which only root can
- *   enter them from) and its root and directory, then, inside, the nested user namespace of the workload's own process
- *   (where no further user namespace can be made) as the workload's user, with no group of root's and no capability,
- *   under the workload's `prlimit` limits and in its control group (the wrapper
- *   moves itself there before anything starts, so everything it starts is counted), with `no_new_privs`. So it sees
- *   the workload's files, GPUs and processes and nothing of the machine's (its network is the workload's: none, or
- *   slirp's, which never reaches the host's loopback).
+ * - **Sandbox**: `nsenter` joins the namespaces of the sandbox's first process (mount, PID, network, IPC, UTS, cgroup)
+ *   and its root and directory, then, inside, the nested user namespace of the workload's own process (where no
+ *   further user namespace can be made), with no capability, under the workload's `prlimit` limits and in its control
+ *   group (the wrapper moves itself there before anything starts, so everything it starts is counted), with
+ *   `no_new_privs`. So it sees the workload's files, GPUs and processes and nothing of the machine's (its network is
+ *   the workload's: none, or slirp's, which never reaches the host's loopback). Bubblewrap made those namespaces in a
+ *   user namespace of their own that no process is left in (every process of the sandbox is in the nested one), so
+ *   only root can join them as they are: a daemon running as root does, and takes the workload's user (no group of
+ *   root's) in the nested one. A daemon that is not root (its workloads run as its own user) first joins that owning
+ *   user namespace, which it made and so may enter, reached from the sandbox's network namespace (`OWNER_USERNS`:
+ *   the kernel's `NS_GET_USERNS`, which neither Node nor util-linux 2.38's nsenter offers, asked by Perl, which every
+ *   Debian has), and from there the rest, keeping its credentials: the same namespaces, the same user and groups as
+ *   the workload's own processes.
  * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`, its variables
  *   from a file the same way (runtime-env.ts), read through descriptor 3 by the runtime itself.
  *
@@ -19,7 +24,7 @@
  * opens it as descriptor 3 and removes it, and a shell inside the sandbox reads them from `/dev/fd/3` before it runs the program.
  */
 import { randomUUID } from 'node:crypto';
-import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { startTimeOf } from './processes.ts';
 import { containerEnv } from './runtime-env.ts';
@@ -91,8 +96,46 @@ const WRAPPER = [
 /** Opens the variables' file (its first argument) as descriptor 3, removes it, then becomes the rest. */
 const OPEN_ENV = 'exec 3<"$1" || exit 126; rm -f -- "$1"; shift; exec "$@"';
 
-/** Inside the workload: its variables from descriptor 3 (and nothing of the daemon's), then the program. */
-const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&-; exec "$@"';
+/**
+ * Inside the workload: its variables from descriptor 3 (and nothing of the daemon's), then the program, with neither
+ * descriptor 3 nor 4 (a daemon that is not root entered through the sandbox's owning user namespace on 4).
+ */
+const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&- 4<&-; exec "$@"';
+
+/**
+ * For a daemon that is not root: gives the rest of its arguments the user namespace that owns the network namespace of
+ * the process its first two name (its PID and start time) as descriptor 4, then becomes them. The namespace comes
+ * from the kernel's `NS_GET_USERNS` (`_IO(0xb7, 1)`, linux/nsfs.h) on the process's network namespace, and the
+ * process's start time is checked once that is open: the descriptor is then that workload's, whatever the kernel
+ * gives its PID afterwards, and nothing that descriptor lets in reaches another (a namespace of another owner cannot
+ * be joined from it).
+ */
+export const OWNER_USERNS = [
+  'use strict;',
+  'my ($pid, $start) = splice(@ARGV, 0, 2);',
+  'sub ended { print STDERR "gpu: the workload has ended\\n"; exit 126 }',
+  'open(my $ns, "<", "/proc/$pid/ns/net") or ended();',
+  'my $owner = ioctl($ns, 0xb701, 0);',
+  'defined $owner or do { print STDERR "gpu: the workload cannot be entered: $!\\n"; exit 126 };',
+  'open(my $stat, "<", "/proc/$pid/stat") or ended();',
+  'my @fields = split(/ /, (<$stat> // "") =~ s/^.*\\) //sr);',
+  '($fields[19] // "") eq $start or ended();',
+  'require POSIX;',
+  'POSIX::dup2($owner, 4) or exit 126;',
+  // Open across the exec (POSIX::dup2 marks a descriptor above $^F close-on-exec).
+  'open(my $kept, "<&=", 4) or exit 126;',
+  'fcntl($kept, 2, 0) or exit 126;',
+  'exec { $ARGV[0] } @ARGV or do { print STDERR "gpu: $ARGV[0]: $!\\n"; exit 126 };',
+].join('\n');
+
+/** Whether the workload's process has a cgroup namespace of its own (bwrap makes one where the kernel lets it). */
+function ownCgroupNamespace(pid: number): boolean {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/cgroup`) !== readlinkSync('/proc/self/ns/cgroup');
+  } catch {
+    return true;
+  }
+}
 
 const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -165,17 +208,28 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   const started = startTimeOf(init);
   if (started === null) throw new Error('the workload has ended');
   const inner = workloadInnerPid(init);
-  // Root enters the namespaces bwrap made (owned by a user namespace of the sandbox's that no process is left in,
-  // so only root can), then, inside, the workload's own nested user namespace, taking the workload's user there.
-  if (process.getuid?.() !== 0 || entry.uid === undefined) {
-    throw new Error('entering a workload needs the daemon to run as root (its workloads as users of their own)');
+  const root = process.getuid?.() === 0;
+  // A root daemon's workloads run as users of their own; another's as the daemon's own user.
+  if (root !== (entry.uid !== undefined)) {
+    throw new Error('the workload runs as another user than this daemon would enter it as');
   }
   if (inner === null) throw new EntryNotReady('the workload has no process to enter');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const file = path.join(dir, `env-${randomUUID()}`);
   writeFileSync(file, shellAssignments({ ...entry.env, ...request.env }), { mode: 0o400 });
   // The shell inside reads it again through /dev/fd/3 as the workload's user (its own variables; gone at once).
-  chownSync(file, entry.uid, entry.uid);
+  if (entry.uid !== undefined) chownSync(file, entry.uid, entry.uid);
+  const namespaces = [
+    `--target=${init}`,
+    '--mount',
+    '--pid',
+    '--net',
+    '--ipc',
+    '--uts',
+    ...(root || ownCgroupNamespace(init) ? ['--cgroup'] : []),
+    '--root',
+    '--wd',
+  ];
   return {
     file: '/bin/sh',
     args: [
@@ -190,25 +244,25 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
       'prlimit',
       ...entry.limits,
       '--',
-      // No group of root's goes in.
-      'setpriv',
-      '--clear-groups',
-      '--',
-      'nsenter',
-      `--target=${init}`,
-      '--mount',
-      '--pid',
-      '--net',
-      '--ipc',
-      '--uts',
-      '--cgroup',
-      '--root',
-      '--wd',
+      ...(entry.uid !== undefined
+        ? // No group of root's goes in.
+          ['setpriv', '--clear-groups', '--', 'nsenter', ...namespaces]
+        : // The sandbox's owning user namespace first (descriptor 4), credentials kept: the workload's own.
+          [
+            'perl',
+            '-e',
+            OWNER_USERNS,
+            String(init),
+            started,
+            'nsenter',
+            '--user=/proc/self/fd/4',
+            ...namespaces,
+            '--preserve-credentials',
+          ]),
       '--',
       '/usr/bin/nsenter',
       `--user=/proc/${inner}/ns/user`,
-      `--setuid=${entry.uid}`,
-      `--setgid=${entry.uid}`,
+      ...(entry.uid !== undefined ? [`--setuid=${entry.uid}`, `--setgid=${entry.uid}`] : ['--preserve-credentials']),
       '--',
       '/usr/bin/setpriv',
       '--no-new-privs',
