@@ -120,6 +120,13 @@ ensure_bwrap() {
   # A workload allowed the network gets a user-mode one that cannot reach the host's loopback.
   if ! command -v slirp4netns >/dev/null; then apt_install slirp4netns; fi
   for tool in setpriv prlimit; do command -v "$tool" >/dev/null || apt_install util-linux; done
+  # A daemon that is not root (test/unprivileged-reach.test.ts) enters its sandboxes through Perl.
+  command -v perl >/dev/null || apt_install perl-base
+  # ... and gives one the network through the TUN device, which Debian's udev makes everyone's (mode 0666); a machine
+  # without udev (a container) may have made it root's alone.
+  if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+    chmod 0666 /dev/net/tun && log "/dev/net/tun: mode 0666, as Debian's udev makes it"
+  fi
   log "$(bwrap --version)"
 }
 

@@ -150,6 +150,39 @@ describe('a program entering a running workload', () => {
     expect(gpus).toBe(1);
   });
 
+  it("keeps the root as the machine made it: no loader of the workload's for what enters it, nothing privileged", async () => {
+    const w = await idleWorkload();
+    // The workload's user (as the workload itself) cannot swap the links to /usr or put a file in its root: a
+    // program entering starts from that root (its dynamic loader at /lib64).
+    const r = await exec(w.sandbox, [
+      'sh',
+      '-c',
+      'rm -f /lib64 2>&1; mkdir /lib64.own 2>&1; echo planted 2>&1 > /ld.so; readlink /lib64',
+    ]);
+    expect(r.out.match(/Read-only file system/g)).toHaveLength(3);
+    expect(r.out.trim().split('\n').at(-1)).toBe('usr/lib64');
+    // What enters holds no capability, gains none, and has no group of root's.
+    const status = await exec(w.sandbox, [
+      'grep',
+      '-E',
+      '^(Groups|CapPrm|CapEff|CapAmb|NoNewPrivs):',
+      '/proc/self/status',
+    ]);
+    const fields = Object.fromEntries(
+      status.out
+        .trim()
+        .split('\n')
+        .map((l) => l.split(':').map((v) => v.trim())),
+    );
+    expect(fields).toMatchObject({
+      CapPrm: '0000000000000000',
+      CapEff: '0000000000000000',
+      CapAmb: '0000000000000000',
+      NoNewPrivs: '1',
+    });
+    expect(fields.Groups?.split(' ')).not.toContain('0');
+  });
+
   it('ends when the workload ends: entering a stopped workload is refused', async () => {
     const w = await idleWorkload();
     const proc = startExec(entryCommand(w.sandbox.entry, { argv: ['sleep', '60'], tty: false }, reachDir), null);

@@ -3,11 +3,12 @@
  * the daemon's side runs as an unprivileged user (support/unprivileged-reach.ts, started by this test as `nobody`),
  * against the real bubblewrap, nsenter and Perl. What it saw is checked here: the program entered runs in every one of
  * the workload's namespaces, as the workload's user and groups, with no capability and nothing of the daemon's; the
- * forwarder reaches the workload's loopback and never the machine's.
+ * forwarder reaches the workload's loopback and never the machine's; a workload with the network gets its way out,
+ * fenced from the machine's network as a root daemon's is.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -38,6 +39,7 @@ interface Report {
   };
   machinePort: string;
   machineAccepted: number;
+  network: string;
   afterEnd: string;
 }
 
@@ -120,6 +122,20 @@ describe('a daemon that is not root', () => {
       // The machine's own loopback is not the workload's.
       expect(r.machinePort).toBe('refused');
       expect(r.machineAccepted).toBe(0);
+      // A workload with the network: a way out through slirp4netns, fenced as a root daemon fences it (the private
+      // and link-local ranges and each of the machine's own addresses routed to nowhere, its loopback kept out).
+      const own = Object.values(networkInterfaces())
+        .flat()
+        .filter((a) => a && a.family === 'IPv4' && !a.internal).length;
+      const network = r.network.split('\n');
+      expect(network[0]).toMatch(/^lan (none)?unreachable$/);
+      expect(network.slice(1)).toEqual([
+        'loopback unreachable',
+        'metadata unreachable',
+        `routes ${5 + own}`,
+        'way out 1',
+        '',
+      ]);
       // Ended, it is entered no more.
       expect(r.afterEnd).toMatch(/not set up/);
     },

@@ -15,6 +15,13 @@
  *   the kernel's `NS_GET_USERNS`, which neither Node nor util-linux 2.38's nsenter offers, asked by Perl, which every
  *   Debian has), and from there the rest, keeping its credentials: the same namespaces, the same user and groups as
  *   the workload's own processes.
+ *
+ *   **Nothing of the sandbox's runs privileged.** Its root is the workload's view: a program started from it runs its
+ *   dynamic loader (`/lib64`) and libraries from there. So the mount namespace and the root are joined in the same
+ *   step as the nested user namespace, and that step takes the workload's credentials before it starts anything:
+ *   every program started while the daemon's privilege lasts (root's; a daemon's own user is root of the owning
+ *   user namespace) is the machine's own, from the machine's root. The sandbox's root is read-only besides
+ *   (sandbox.ts), and `no_new_privs` holds from the first step.
  * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`, its variables
  *   from a file the same way (runtime-env.ts), read through descriptor 3 by the runtime itself.
  *
@@ -219,17 +226,66 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   writeFileSync(file, shellAssignments({ ...entry.env, ...request.env }), { mode: 0o400 });
   // The shell inside reads it again through /dev/fd/3 as the workload's user (its own variables; gone at once).
   if (entry.uid !== undefined) chownSync(file, entry.uid, entry.uid);
-  const namespaces = [
-    `--target=${init}`,
-    '--mount',
-    '--pid',
-    '--net',
-    '--ipc',
-    '--uts',
-    ...(root || ownCgroupNamespace(init) ? ['--cgroup'] : []),
-    '--root',
-    '--wd',
-  ];
+  // The program inside, started by the last step: the sandbox's root is the workload's, and what runs from it (its
+  // dynamic loader, its libraries) runs only once nothing of the daemon's privilege is left.
+  const program = ['/usr/bin/setpriv', '--inh-caps=-all', '--', '/bin/sh', '-c', INNER, 'sh', ...request.argv];
+  // Each step runs a program of the machine's (the mount namespace, and the sandbox's root, are joined last, in the
+  // same step as the workload's own user namespace and user), with no new privileges from the first.
+  const steps =
+    entry.uid !== undefined
+      ? // Root: no group of root's goes in; one nsenter joins every namespace, bwrap's nested user namespace (the
+        // first process's own) last, then takes the workload's user there before it starts anything.
+        [
+          'setpriv',
+          '--clear-groups',
+          '--no-new-privs',
+          '--',
+          'nsenter',
+          `--target=${init}`,
+          '--mount',
+          '--pid',
+          '--net',
+          '--ipc',
+          '--uts',
+          '--cgroup',
+          '--user',
+          '--root',
+          '--wd',
+          `--setuid=${entry.uid}`,
+          `--setgid=${entry.uid}`,
+          '--',
+        ]
+      : // Not root: the sandbox's owning user namespace (descriptor 4) and its namespaces but the mount one, where
+        // the daemon's user is root; then the mount namespace, the root and the nested user namespace, where it is
+        // the workload's user: its credentials kept throughout, the workload's own.
+        [
+          'setpriv',
+          '--no-new-privs',
+          '--',
+          'perl',
+          '-e',
+          OWNER_USERNS,
+          String(init),
+          started,
+          'nsenter',
+          '--user=/proc/self/fd/4',
+          `--target=${init}`,
+          '--pid',
+          '--net',
+          '--ipc',
+          '--uts',
+          ...(ownCgroupNamespace(init) ? ['--cgroup'] : []),
+          '--preserve-credentials',
+          '--',
+          '/usr/bin/nsenter',
+          `--target=${init}`,
+          '--mount',
+          '--user',
+          '--root',
+          '--wd',
+          '--preserve-credentials',
+          '--',
+        ];
   return {
     file: '/bin/sh',
     args: [
@@ -244,35 +300,8 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
       'prlimit',
       ...entry.limits,
       '--',
-      ...(entry.uid !== undefined
-        ? // No group of root's goes in.
-          ['setpriv', '--clear-groups', '--', 'nsenter', ...namespaces]
-        : // The sandbox's owning user namespace first (descriptor 4), credentials kept: the workload's own.
-          [
-            'perl',
-            '-e',
-            OWNER_USERNS,
-            String(init),
-            started,
-            'nsenter',
-            '--user=/proc/self/fd/4',
-            ...namespaces,
-            '--preserve-credentials',
-          ]),
-      '--',
-      '/usr/bin/nsenter',
-      `--user=/proc/${inner}/ns/user`,
-      ...(entry.uid !== undefined ? [`--setuid=${entry.uid}`, `--setgid=${entry.uid}`] : ['--preserve-credentials']),
-      '--',
-      '/usr/bin/setpriv',
-      '--no-new-privs',
-      '--inh-caps=-all',
-      '--',
-      '/bin/sh',
-      '-c',
-      INNER,
-      'sh',
-      ...request.argv,
+      ...steps,
+      ...program,
     ],
     env: { PATH: HELPERS_PATH },
   };

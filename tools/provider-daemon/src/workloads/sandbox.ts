@@ -48,8 +48,8 @@ import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
-import type { Entry } from './entry.ts';
-import { type ProcessRef, pidWhileRunning, processRef, running } from './processes.ts';
+import { type Entry, OWNER_USERNS } from './entry.ts';
+import { type ProcessRef, pidWhileRunning, processRef, running, startTimeOf } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -286,6 +286,10 @@ function bwrapArgs(opts: SandboxOptions): string[] {
   // Its /dev read-only once every device is in (bwrap's is a tmpfs of half the machine's memory, writable by the
   // workload: memory no watch of resident memory sees), and its /dev/shm a tmpfs of its memory allowance.
   args.push('--size', String(opts.limits.memoryBytes), '--tmpfs', '/dev/shm', '--remount-ro', '/dev');
+  // Its root read-only last (bwrap's is a tmpfs the workload's user owns): what it holds (the links /bin, /lib and
+  // /lib64 to /usr, the mount points) is the machine's to say. A program entering the workload (entry.ts) starts from
+  // this root: with it writable, a workload could put a dynamic loader of its own at /lib64 for it.
+  args.push('--remount-ro', '/');
   return args;
 }
 
@@ -297,12 +301,40 @@ function bwrapArgs(opts: SandboxOptions): string[] {
  */
 const FENCED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10'];
 
-/** Routes the fenced addresses to nowhere in the workload's network namespace (a root daemon: nsenter and ip). */
+/**
+ * Routes the fenced addresses to nowhere in the workload's network namespace (`nsenter` and `ip`). A daemon that is
+ * not root joins the sandbox's owning user namespace first, as entering does (entry.ts, `OWNER_USERNS`): bubblewrap
+ * made the network namespace there, where the daemon's user is root.
+ */
 export async function fenceNetwork(pid: number): Promise<void> {
   const own = Object.values(networkInterfaces())
     .flat()
     .filter((a) => a && a.family === 'IPv4' && !a.internal)
     .map((a) => `${a!.address}/32`);
+  if (process.getuid?.() !== 0) {
+    const start = startTimeOf(pid);
+    if (start === null) throw new Error('fencing failed: the workload has ended');
+    const { status, stderr } = spawnSync(
+      'perl',
+      [
+        '-e',
+        OWNER_USERNS,
+        String(pid),
+        start,
+        'nsenter',
+        '--user=/proc/self/fd/4',
+        `--net=/proc/${pid}/ns/net`,
+        '--preserve-credentials',
+        '--',
+        'ip',
+        '-batch',
+        '-',
+      ],
+      { input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join('') },
+    );
+    if (status !== 0) throw new Error(`fencing failed: ${String(stderr).trim()}`);
+    return;
+  }
   for (const cidr of [...FENCED, ...own]) {
     const { status, stderr } = spawnSync('nsenter', [
       `--net=/proc/${pid}/ns/net`,
@@ -341,25 +373,43 @@ function resolvConf(opts: SandboxOptions): string {
  * the daemon (its exit pipe closes). Resolves once it is up, after which the sandbox may start.
  */
 async function startNetwork(pid: number, block: Writable, slirp: string): Promise<{ stop(): void }> {
-  // A root daemon names the namespace by path: entering it through the process (which joins its user namespace
-  // first) is refused there. A daemon running as one user names the process, whose user namespace it joins.
-  const target = process.getuid?.() === 0 ? ['--netns-type=path', `/proc/${pid}/ns/net`] : [String(pid)];
-  const net = spawn(
-    slirp,
-    [
-      '--configure',
-      '--mtu=65520',
-      '--disable-host-loopback',
-      // It parses the workload's packets: in a sandbox of its own, with a seccomp filter.
-      '--enable-sandbox',
-      '--enable-seccomp',
-      '--ready-fd=3',
-      '--exit-fd=4',
-      ...target,
-      'tap0',
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] },
-  );
+  const slirpArgs = [
+    '--configure',
+    '--mtu=65520',
+    '--disable-host-loopback',
+    // It parses the workload's packets: in a sandbox of its own, with a seccomp filter.
+    '--enable-sandbox',
+    '--enable-seccomp',
+    '--ready-fd=3',
+    '--exit-fd=5',
+    // By path: through the process, it would join the process's user namespace first, bubblewrap's nested one,
+    // from which the network namespace (made in the sandbox's owning one) cannot be joined.
+    '--netns-type=path',
+    `/proc/${pid}/ns/net`,
+    'tap0',
+  ];
+  const start = startTimeOf(pid);
+  if (start === null) throw new Error('the sandbox ended before its network was up');
+  // A daemon that is not root starts it in the sandbox's owning user namespace (entry.ts, `OWNER_USERNS`), where its
+  // user is root: the network namespace is that namespace's to join.
+  const [command, ...args] =
+    process.getuid?.() === 0
+      ? [slirp, ...slirpArgs]
+      : [
+          'perl',
+          '-e',
+          OWNER_USERNS,
+          String(pid),
+          start,
+          'nsenter',
+          '--user=/proc/self/fd/4',
+          '--preserve-credentials',
+          '--',
+          slirp,
+          ...slirpArgs,
+        ];
+  // Descriptor 4 stays free: the owning user namespace's, for a daemon that is not root.
+  const net = spawn(command!, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'ignore', 'pipe'] });
   const failed = once(net, 'error').then(([err]) => {
     throw err as Error;
   });
@@ -372,7 +422,7 @@ async function startNetwork(pid: number, block: Writable, slirp: string): Promis
   });
   const ready = once(net.stdio[3] as Readable, 'data');
   await Promise.race([ready, failed, exited]);
-  if (process.getuid?.() === 0) await fenceNetwork(pid);
+  await fenceNetwork(pid);
   block.end('1');
   return { stop: () => net.kill('SIGTERM') };
 }

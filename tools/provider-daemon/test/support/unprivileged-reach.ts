@@ -8,7 +8,7 @@
 import { once } from 'node:events';
 import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { daemonConfigSchema } from '../../src/config.ts';
 import { gpuSource } from '../../src/gpu/source.ts';
@@ -185,6 +185,68 @@ try {
     (err: { reason?: string }) => err.reason,
   );
   report.machineAccepted = machineAccepted;
+
+  // A workload with the network: out through slirp4netns, never to the machine's own address or the private and
+  // link-local ranges (fenced in its network namespace).
+  const lan = Object.values(networkInterfaces())
+    .flat()
+    .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+  const lanServer = createServer((s) => s.end('hi\n'));
+  await new Promise<void>((r) => lanServer.listen(0, '0.0.0.0', r));
+  const lanPort = (lanServer.address() as { port: number }).port;
+  const netDir = path.join(root, 'with-network');
+  mkdirSync(path.join(netDir, 'logs'), { recursive: true });
+  const netDisk = await prepareDisk(netDir, limits, 'watch', null);
+  const networked = startSandbox({
+    spec: { command: [...IDLE_COMMAND], env: {}, max_runtime_seconds: 120, network: true, inputs: [] },
+    disk: netDisk,
+    logDir: path.join(netDir, 'logs'),
+    gpus: [],
+    controlDevices: [],
+    limits,
+    hidden: [],
+    platformEnv: {},
+    stopGraceMs: 500,
+  });
+  try {
+    await networked.ready;
+    const netInit = networked.entry.kind === 'sandbox' ? networked.entry.pid() : null;
+    for (let i = 0; i < 500 && netInit !== null && workloadInnerPid(netInit) === null; i++) await sleep(10);
+    // (A fenced address fails at once; one that is not may take long to fail: 5 s at most.)
+    const probe = (host: string) =>
+      `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${lanPort} && cat <&3' 2>/dev/null || echo unreachable`;
+    const proc = startExec(
+      entryCommand(
+        networked.entry,
+        {
+          argv: [
+            'bash',
+            '-c',
+            [
+              `echo "lan ${lan ? '' : 'none'}$(${probe(lan ?? '192.0.2.1')})"`,
+              `echo "loopback $(${probe('127.0.0.1')})"`,
+              `echo "metadata $(${probe('169.254.169.254')})"`,
+              'echo "routes $(ip route | grep -c "^unreachable")"',
+              'echo "way out $(ip route | grep -c "^default via 10.0.2.2 dev tap0")"',
+            ].join('; '),
+          ],
+          tty: false,
+        },
+        reachDir,
+      ),
+      null,
+    );
+    const out: Buffer[] = [];
+    proc.stdout.on('data', (d: Buffer) => out.push(d));
+    proc.stdin.end();
+    await proc.ended;
+    await drained(proc.stdout);
+    report.network = Buffer.concat(out).toString();
+  } finally {
+    await networked.stop('test over');
+    lanServer.close();
+    await releaseDisk(netDir);
+  }
 
   // Once the workload has ended, nothing enters it.
   await sandbox.stop('session_ended');
