@@ -11,6 +11,7 @@ import { connectPublisher, createLogger, type NatsPublisher, OutboxRelay } from 
 import { testEnv } from '@gpu/common/testing';
 import { describe, expect, it } from 'vitest';
 import { diskShareMb } from '../src/workloads/disk.ts';
+import { running as isRunning } from '../src/workloads/processes.ts';
 import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { containerSettings as containers, testImage as image } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
@@ -141,10 +142,15 @@ describe("the daemon runs renters' workloads", () => {
     }
   });
 
-  it('a daemon that came back reports the workload it lost, and nothing after its last sign of life is billed', async () => {
+  it('a daemon that came back kills the sandbox its earlier life left, reports the workload lost, and bills nothing after its last sign of life', async () => {
     const m = await machine();
     const r = await rent(m.providerId, 1, { command: ['sleep', '3600'], max_runtime_seconds: 3600 });
-    const first = m.runner();
+    // The first life: once it is dead, nothing it would say reaches billing.
+    let dead = false;
+    const first = new WorkloadRunner({
+      ...m.deps,
+      token: { get: () => (dead ? Promise.reject(new Error('this daemon is dead')) : m.deps.token.get()) },
+    });
     await first.sync();
     const running = await until(
       () => workloadOf(r.headers, r.id),
@@ -153,9 +159,20 @@ describe("the daemon runs renters' workloads", () => {
     expect(running.state).toBe('running');
     // Its next poll: alive, with the workload running.
     await first.sync();
-    // The daemon dies (its sandboxes with it: --die-with-parent; here the runner is dropped without a word to billing).
+    // The daemon dies. Its sandboxes die with it (--die-with-parent) as far as their first processes' parent-death
+    // signal holds; here the runner is dropped without a word to billing and its sandbox runs on, as one whose signal
+    // did not hold would.
     const lastSync = Date.now();
+    dead = true;
+    const init = first.entryOf(r.id)?.pid() ?? null;
+    expect(init).not.toBeNull();
     const second = m.runner();
+    // The next life kills it at its start: its journal noted the sandbox's first process.
+    await until(
+      async () => isRunning(init!),
+      (alive) => !alive,
+      10_000,
+    );
     await second.sync();
     await expectLost(r, lastSync);
     await first.stop();

@@ -75,7 +75,17 @@ import { diskShareMb, filesystemProblem, prepareDisk, type SessionDisk } from '.
 import type { Entry } from './entry.ts';
 import type { SessionFiles } from './files.ts';
 import { FileKeeper } from './keeper.ts';
-import { SANDBOX_PATH, type Sandbox, type SandboxEnd, type SandboxGpu, sandboxView, startSandbox } from './sandbox.ts';
+import type { ProcessRef } from './processes.ts';
+import {
+  initOf,
+  killLeftSandboxes,
+  SANDBOX_PATH,
+  type Sandbox,
+  type SandboxEnd,
+  type SandboxGpu,
+  sandboxView,
+  startSandbox,
+} from './sandbox.ts';
 
 type Report =
   | { state: 'preparing' | 'running'; at: string }
@@ -846,7 +856,11 @@ export class WorkloadRunner {
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');
     // Running from when the sandbox is set up (and its network up): a sandbox that never is reports `failed`.
     sandbox.ready.then(
-      (at) => void this.send(session.id, { state: 'running', at: at.toISOString() }),
+      (at) => {
+        // Its first process noted at once (a daemon that dies before the next poll leaves none unnoted).
+        this.writeJournal();
+        void this.send(session.id, { state: 'running', at: at.toISOString() });
+      },
       () => {},
     );
     void sandbox.ended
@@ -979,7 +993,9 @@ export class WorkloadRunner {
   private readJournal(): Date {
     const file = path.join(this.settings.run_dir, JOURNAL);
     try {
-      const at = new Date(JSON.parse(readFileSync(file, 'utf8')).alive_at);
+      const journal = JSON.parse(readFileSync(file, 'utf8')) as { alive_at?: string; sandboxes?: unknown };
+      this.leftSandboxes(journal.sandboxes);
+      const at = new Date(journal.alive_at ?? '');
       if (!Number.isNaN(at.getTime())) return at;
     } catch {}
     try {
@@ -989,11 +1005,30 @@ export class WorkloadRunner {
     }
   }
 
-  /** Notes that the daemon is alive; a run directory that cannot take it (its disk full) is said, never thrown. */
+  /**
+   * Kills the sandboxes the previous life left running (the first processes its journal noted): one whose first process
+   * outlived the daemon's death (its parent-death signal did not hold) would run on unbilled.
+   */
+  private leftSandboxes(noted: unknown): void {
+    if (!Array.isArray(noted)) return;
+    const inits = noted.filter(
+      (r): r is ProcessRef => Number.isInteger(r?.pid) && r.pid > 1 && typeof r?.start === 'string',
+    );
+    const killed = killLeftSandboxes(inits);
+    if (killed.length > 0) {
+      this.deps.logger.warn({ pids: killed }, 'killed the sandboxes an earlier life of the daemon left running');
+    }
+  }
+
+  /**
+   * Notes that the daemon is alive, and the first process of each sandbox it runs (for its next life to end, should
+   * one outlive it); a run directory that cannot take it (its disk full) is said, never thrown.
+   */
   private writeJournal(): void {
     const file = path.join(this.settings.run_dir, JOURNAL);
+    const sandboxes = [...this.running.values()].flatMap((r) => initOf(r.sandbox) ?? []);
     try {
-      writeDurably(file, JSON.stringify({ alive_at: new Date().toISOString() }));
+      writeDurably(file, JSON.stringify({ alive_at: new Date().toISOString(), sandboxes }));
     } catch (err) {
       this.deps.logger.warn({ err }, 'the journal could not be written (the run directory full?)');
     }

@@ -22,10 +22,12 @@
  * - a command that is not there to run (checked in its own view before anything starts: command.ts) never starts:
  *   it fails, `command_not_found` or `command_not_executable`, and nothing is billed;
  * - at most `max_runtime_seconds`: then it is stopped with reason `max_runtime`;
- * - `--die-with-parent`: a daemon that dies (even `kill -9`) takes its workloads with it; none outlives it.
+ * - `--die-with-parent`: a daemon that dies (even `kill -9`) takes its workloads with it, as far as the parent-death
+ *   signal of their first process holds (it may not: bwrap's own setup, or a workload that clears it); its next start
+ *   kills whatever first process of a sandbox the previous life left (the runner's journal, `initOf`).
  *
- * Stopping a workload sends SIGTERM to every process of it, then, after the grace period, SIGKILL to the sandbox,
- * whose PID namespace ends with it: no process of the workload is left. Its standard output and error go to files
+ * Stopping a workload sends SIGTERM to every process of it, then, after the grace period, SIGKILL to bwrap and to the
+ * sandbox's first process, whose PID namespace ends with it: no process of the workload is left. Its standard output and error go to files
  * outside the sandbox, each cut at `logBytes` (what is cut is counted, and said at the end of the file).
  */
 import { spawn, spawnSync } from 'node:child_process';
@@ -456,6 +458,32 @@ export function workloadEnv(opts: Pick<SandboxOptions, 'spec' | 'platformEnv'> &
   };
 }
 
+/** The first process of a sandbox's workload while it runs (none for a container: its runtime has its own). */
+export function initOf(sandbox: Pick<Sandbox, 'entry'>): ProcessRef | null {
+  if (sandbox.entry.kind !== 'sandbox') return null;
+  const pid = sandbox.entry.pid();
+  return pid === null ? null : processRef(pid);
+}
+
+/**
+ * Kills the sandboxes whose first processes an earlier life of the daemon noted (`initOf`) and that still run (the
+ * same processes: their PIDs and start times); their PID namespaces end with them. The PIDs of those killed.
+ */
+export function killLeftSandboxes(inits: ProcessRef[]): number[] {
+  const killed: number[] = [];
+  for (const ref of inits) {
+    const pid = pidWhileRunning(ref);
+    if (pid === null) continue;
+    try {
+      process.kill(pid, 'SIGKILL');
+      killed.push(pid);
+    } catch {
+      // Gone meanwhile, or another user's (not the daemon's to end).
+    }
+  }
+  return killed;
+}
+
 /** Which of its limits a workload's processes and disk are at or past, if any (the daemon's watch). */
 export function limitReached(
   pids: number[],
@@ -613,8 +641,6 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     pipe.on('error', () => {});
     pipe.end(text);
   }
-  // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
-  child.once('exit', () => child.stdio[4]?.destroy());
   const logs = Promise.all([
     boundedCopy(child.stdout!, path.join(opts.logDir, 'stdout.log'), opts.limits.logBytes),
     boundedCopy(child.stderr!, path.join(opts.logDir, 'stderr.log'), opts.limits.logBytes),
@@ -650,13 +676,37 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
   let known: number[] = [];
   let killTimer: NodeJS.Timeout | undefined;
 
+  /**
+   * Kills bwrap and its first process, the sandbox's PID namespace with it. The first process by itself: its
+   * parent-death signal alone does not hold (measured: killing bwrap left a sandbox of `sleep infinity` running, and a
+   * workload can clear the signal of that process of its own user), and a process of it that ignores SIGTERM
+   * would outlive its stop.
+   */
+  const killAll = () => {
+    child.kill('SIGKILL');
+    const pid = pidWhileRunning(init);
+    if (pid === null) return;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone meanwhile.
+    }
+  };
+  child.once('exit', () => {
+    // The network's block pipe is the daemon's to close once the sandbox is gone ('close' waits for every pipe).
+    child.stdio[4]?.destroy();
+    // bwrap gone (killed by anyone, or ended), its first process goes too: that one's parent-death signal does not
+    // hold, and its output pipes would keep the sandbox from ending.
+    killAll();
+  });
   const closed = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
   const failedToStart = once(child, 'error').then(([err]) => err as Error);
   const ended: Promise<SandboxEnd> = Promise.race([
     closed.then(async ([code, signal]): Promise<SandboxEnd> => {
       await logs;
       await ready.catch(() => {});
-      // Its PID namespace ended with it; the kernel kills what was left in it: ended means gone.
+      // Its PID namespace ended with its first process (killed with bwrap, below); the kernel kills what was left in
+      // it: ended means gone.
       await allGone(known, 2000);
       const at = new Date();
       // It failed, and the kernel killed a process of it at its control group's memory limit: that was why.
@@ -693,7 +743,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
           // Gone meanwhile, or not ours to signal (bwrap's own monitor).
         }
       }
-      killTimer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      killTimer = setTimeout(killAll, graceMs);
     }
     return ended;
   };
