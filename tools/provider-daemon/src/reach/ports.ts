@@ -28,7 +28,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relayBytes } from '@gpu/common/byte-relay';
 import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
-import { type Entry, HELPERS_PATH, OWNER_USERNS } from '../workloads/entry.ts';
+import { type Entry, HELPERS_PATH, inOwnerNamespace } from '../workloads/entry.ts';
 import { startTimeOf } from '../workloads/processes.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -122,20 +122,7 @@ class Forwarder {
     const [command, ...args] =
       uid === undefined
         ? // Through the sandbox's owning user namespace (descriptor 4), credentials kept.
-          [
-            'perl',
-            '-e',
-            OWNER_USERNS,
-            String(pid),
-            start,
-            'nsenter',
-            '--user=/proc/self/fd/4',
-            `--target=${pid}`,
-            '--net',
-            '--preserve-credentials',
-            '--',
-            ...forwarder,
-          ]
+          [...inOwnerNamespace(pid, start), `--target=${pid}`, '--net', '--preserve-credentials', '--', ...forwarder]
         : ['nsenter', `--target=${pid}`, '--net', '--', ...forwarder];
     this.child = spawn(command!, args, {
       env: { PATH: HELPERS_PATH },

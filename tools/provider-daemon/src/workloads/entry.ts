@@ -135,6 +135,15 @@ export const OWNER_USERNS = [
   'exec { $ARGV[0] } @ARGV or do { print STDERR "gpu: $ARGV[0]: $!\\n"; exit 126 };',
 ].join('\n');
 
+/**
+ * The start of a command line run in the sandbox's owning user namespace (a daemon that is not root): `OWNER_USERNS`
+ * for the process `pid` that started at `start`, then `nsenter` joining that namespace; the caller adds nsenter's other
+ * options, `--`, and the program.
+ */
+export function inOwnerNamespace(pid: number, start: string): string[] {
+  return ['perl', '-e', OWNER_USERNS, String(pid), start, 'nsenter', '--user=/proc/self/fd/4'];
+}
+
 /** Whether the workload's process has a cgroup namespace of its own (bwrap makes one where the kernel lets it). */
 function ownCgroupNamespace(pid: number): boolean {
   try {
@@ -262,13 +271,7 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
           'setpriv',
           '--no-new-privs',
           '--',
-          'perl',
-          '-e',
-          OWNER_USERNS,
-          String(init),
-          started,
-          'nsenter',
-          '--user=/proc/self/fd/4',
+          ...inOwnerNamespace(init, started),
           `--target=${init}`,
           '--pid',
           '--net',

@@ -50,7 +50,7 @@ import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
-import { type Entry, OWNER_USERNS } from './entry.ts';
+import { type Entry, inOwnerNamespace } from './entry.ts';
 import { type ProcessRef, pidWhileRunning, processRef, running, startTimeOf } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
@@ -316,24 +316,18 @@ export async function fenceNetwork(pid: number): Promise<void> {
   if (process.getuid?.() !== 0) {
     const start = startTimeOf(pid);
     if (start === null) throw new Error('fencing failed: the workload has ended');
-    const { status, stderr } = spawnSync(
-      'perl',
-      [
-        '-e',
-        OWNER_USERNS,
-        String(pid),
-        start,
-        'nsenter',
-        '--user=/proc/self/fd/4',
-        `--net=/proc/${pid}/ns/net`,
-        '--preserve-credentials',
-        '--',
-        'ip',
-        '-batch',
-        '-',
-      ],
-      { input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join('') },
-    );
+    const [command, ...args] = [
+      ...inOwnerNamespace(pid, start),
+      `--net=/proc/${pid}/ns/net`,
+      '--preserve-credentials',
+      '--',
+      'ip',
+      '-batch',
+      '-',
+    ];
+    const { status, stderr } = spawnSync(command!, args, {
+      input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join(''),
+    });
     if (status !== 0) throw new Error(`fencing failed: ${String(stderr).trim()}`);
     return;
   }
@@ -397,19 +391,7 @@ async function startNetwork(pid: number, block: Writable, slirp: string): Promis
   const [command, ...args] =
     process.getuid?.() === 0
       ? [slirp, ...slirpArgs]
-      : [
-          'perl',
-          '-e',
-          OWNER_USERNS,
-          String(pid),
-          start,
-          'nsenter',
-          '--user=/proc/self/fd/4',
-          '--preserve-credentials',
-          '--',
-          slirp,
-          ...slirpArgs,
-        ];
+      : [...inOwnerNamespace(pid, start), '--preserve-credentials', '--', slirp, ...slirpArgs];
   // Descriptor 4 stays free: the owning user namespace's, for a daemon that is not root.
   const net = spawn(command!, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'ignore', 'pipe'] });
   const failed = once(net, 'error').then(([err]) => {
