@@ -2,9 +2,9 @@
  * How a renter's program enters a running workload (`gpu exec`, `gpu shell`: reach/): the way `docker exec` does it,
  * into the workload's own namespaces and limits, never into the machine's.
  *
- * - **Sandbox**: `nsenter` joins the namespaces of the sandbox's first process (mount, PID, network, IPC, UTS, cgroup)
- *   and its root and directory, then, inside, the nested user namespace of the workload's own process (where no
- *   further user namespace can be made), with no capability, under the workload's `prlimit` limits and in its control
+ * - **Sandbox**: `nsenter` joins the namespaces of the sandbox's first process (mount, PID, network, IPC, UTS, cgroup),
+ *   its root and directory, and the nested user namespace it and the workload's processes are in (where no further
+ *   user namespace can be made), with no capability, under the workload's `prlimit` limits and in its control
  *   group (the wrapper moves itself there before anything starts, so everything it starts is counted), with
  *   `no_new_privs`. So it sees the workload's files, GPUs and processes and nothing of the machine's (its network is
  *   the workload's: none, or slirp's, which never reaches the host's loopback). Bubblewrap made those namespaces in a
