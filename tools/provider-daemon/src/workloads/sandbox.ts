@@ -27,8 +27,8 @@
  *   kills whatever first process of a sandbox the previous life left (the runner's journal, `initOf`).
  *
  * Stopping a workload sends SIGTERM to every process of it, then, after the grace period, SIGKILL to bwrap and to the
- * sandbox's first process, whose PID namespace ends with it: no process of the workload is left. Its standard output and error go to files
- * outside the sandbox, each cut at `logBytes` (what is cut is counted, and said at the end of the file).
+ * sandbox's first process, whose PID namespace ends with it: no process of the workload is left. Its standard output
+ * and error go to files outside the sandbox, each cut at `logBytes` (what is cut is counted, and said at the end of the file).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
