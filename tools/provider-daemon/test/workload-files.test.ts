@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openBeneath } from '../src/workloads/files.ts';
+import { WorkloadRunner } from '../src/workloads/runner.ts';
 import { containerSettings, testImage } from './support/containers.ts';
 import { until, useWorkloadRig } from './support/workload-rig.ts';
 
@@ -289,7 +290,12 @@ describe("a workload's files", () => {
       command: ['sh', '-c', 'echo step-41 > /work/output/checkpoint.txt; sleep 3600'],
       max_runtime_seconds: 3600,
     });
-    const first = m.runner();
+    // The first life: once it is dead, nothing it would say reaches billing.
+    let dead = false;
+    const first = new WorkloadRunner({
+      ...m.deps,
+      token: { get: () => (dead ? Promise.reject(new Error('this daemon is dead')) : m.deps.token.get()) },
+    });
     await first.sync();
     await until(
       () => rig.workloadOf(r.headers, r.id),
@@ -300,7 +306,9 @@ describe("a workload's files", () => {
       async () => existsSync(join(m.runDir, r.id, 'fs', 'work', 'output', 'checkpoint.txt')),
       (written) => written,
     );
-    // The daemon dies (here: its runner is dropped without a word): the next life finds what it left on disk.
+    // The daemon dies (here: its runner is dropped without a word, its sandbox left running, which the next life
+    // kills): the next life finds what it left on disk.
+    dead = true;
     const second = m.runner();
     try {
       await second.sync();
