@@ -8,15 +8,13 @@ import { chmodSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { daemonConfigSchema } from '../src/config.ts';
-import { gpuSource } from '../src/gpu/source.ts';
-import { drained, type ExecProcess, startExec } from '../src/reach/exec.ts';
-import { simulatedDevices } from '../src/workloads/devices.ts';
+import { type ExecProcess, startExec } from '../src/reach/exec.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
 import { entryCommand, OWNER_USERNS, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
 import { pidWhileRunning, processRef } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
+import { execIn, SANDBOX_LIMITS, simulatedMachine } from './support/sandbox-fixtures.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'entry-test-'));
 chmodSync(root, 0o711);
@@ -29,11 +27,7 @@ afterAll(async () => {
 });
 
 const isRoot = process.getuid?.() === 0;
-const machine = daemonConfigSchema.parse({
-  gpu: { source: 'simulated', simulated_gpus: [{ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 }] },
-});
-const readings = await gpuSource(machine.gpu).read();
-const devices = simulatedDevices(path.join(root, 'dev'), readings);
+const { readings, devices } = await simulatedMachine(root);
 /** A file of the daemon's, which no entered program may read. */
 const secretDir = path.join(root, 'daemon');
 mkdirSync(secretDir);
@@ -48,14 +42,7 @@ async function idleWorkload(env: Record<string, string> = {}) {
   mkdirSync(logDir, { recursive: true });
   chmodSync(dir, 0o711);
   const uid = isRoot ? 210_000 + Math.floor(Math.random() * 10_000) : undefined;
-  const limits = {
-    processes: 64,
-    openFiles: 256,
-    memoryBytes: 512 * 1024 * 1024,
-    diskBytes: 20 * 1024 * 1024,
-    diskFiles: 10_000,
-    logBytes: 64 * 1024,
-  };
+  const limits = SANDBOX_LIMITS;
   const disk = await prepareDisk(dir, limits, isRoot ? 'filesystem' : 'watch', uid ?? null);
   sessions.push(dir);
   const sandbox = startSandbox({
@@ -82,17 +69,7 @@ async function idleWorkload(env: Record<string, string> = {}) {
 }
 
 /** Runs argv in the workload with pipes; its output, errors and end. */
-async function exec(sandbox: Sandbox, argv: string[], input = '') {
-  const proc = startExec(entryCommand(sandbox.entry, { argv, tty: false }, reachDir), null);
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  proc.stdout.on('data', (d: Buffer) => out.push(d));
-  proc.stderr?.on('data', (d: Buffer) => err.push(d));
-  proc.stdin.end(input);
-  const end = await proc.ended;
-  await drained(proc.stdout);
-  return { ...end, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
-}
+const exec = (sandbox: Sandbox, argv: string[], input = '') => execIn(sandbox.entry, argv, reachDir, input);
 
 /** Waits until the terminal's output so far matches. */
 async function screen(output: () => string, pattern: RegExp, ms = 20_000): Promise<string> {

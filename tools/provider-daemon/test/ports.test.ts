@@ -41,14 +41,7 @@ const machine = daemonConfigSchema.parse({
 });
 const readings = await gpuSource(machine.gpu).read();
 const devices = simulatedDevices(path.join(root, 'dev'), readings);
-const LIMITS = {
-  processes: 64,
-  openFiles: 256,
-  memoryBytes: 512 * 1024 * 1024,
-  diskBytes: 20 * 1024 * 1024,
-  diskFiles: 10_000,
-  logBytes: 64 * 1024,
-};
+const LIMITS = SANDBOX_LIMITS;
 
 /** The workloads the module reaches, by session, as the runner's `entryOf` gives them. */
 const entries = new Map<string, Entry>();
@@ -339,6 +332,8 @@ def first(c):
 threading.Thread(target=serve, args=(8002, count)).start()
 serve(8003, first)
 `;
+
+import { SANDBOX_LIMITS } from './support/sandbox-fixtures.ts';
 
 describe.skipIf(!isRoot)("through the daemon's SSH link: a direct-tcpip channel", () => {
   let relay: Awaited<ReturnType<typeof standInRelay>>;

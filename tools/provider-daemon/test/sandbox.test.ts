@@ -29,6 +29,7 @@ import {
   sandboxView,
   startSandbox,
 } from '../src/workloads/sandbox.ts';
+import { SANDBOX_LIMITS } from './support/sandbox-fixtures.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'sandbox-test-'));
 // As the daemon's run directory: workloads' users pass through it to their own work directory, and list nothing.
@@ -53,14 +54,7 @@ mkdirSync(daemonDir);
 writeFileSync(path.join(daemonDir, 'credentials.json'), '{"client_secret":"s3cr3t"}', { mode: 0o600 });
 
 /** The limits of the tests' sandboxes. */
-const LIMITS = {
-  processes: 64,
-  openFiles: 256,
-  memoryBytes: 512 * 1024 * 1024,
-  diskBytes: 20 * 1024 * 1024,
-  diskFiles: 10_000,
-  logBytes: 64 * 1024,
-};
+const LIMITS = SANDBOX_LIMITS;
 /** The sessions' directories whose disks are released at the end. */
 const sessions: string[] = [];
 afterAll(async () => {

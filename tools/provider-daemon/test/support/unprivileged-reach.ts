@@ -10,15 +10,13 @@ import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSy
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
-import { daemonConfigSchema } from '../../src/config.ts';
-import { gpuSource } from '../../src/gpu/source.ts';
-import { drained, startExec } from '../../src/reach/exec.ts';
+import { startExec } from '../../src/reach/exec.ts';
 import { WorkloadPorts } from '../../src/reach/ports.ts';
-import { simulatedDevices } from '../../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../../src/workloads/disk.ts';
 import { entryCommand, workloadInnerPid } from '../../src/workloads/entry.ts';
 import { IDLE_COMMAND } from '../../src/workloads/runner.ts';
 import { startSandbox } from '../../src/workloads/sandbox.ts';
+import { execIn, SANDBOX_LIMITS, simulatedMachine } from './sandbox-fixtures.ts';
 
 if (process.getuid?.() === 0) throw new Error('run this as a user that is not root');
 
@@ -36,19 +34,8 @@ machineServer.on('connection', () => machineAccepted++);
 await new Promise<void>((r) => machineServer.listen(0, '127.0.0.1', r));
 const ports = new WorkloadPorts((id) => (id === sessionId ? sandbox.entry : null));
 
-const machine = daemonConfigSchema.parse({
-  gpu: { source: 'simulated', simulated_gpus: [{ name: 'NVIDIA H100 80GB HBM3', memory_total_mib: 81559 }] },
-});
-const readings = await gpuSource(machine.gpu).read();
-const devices = simulatedDevices(path.join(root, 'dev'), readings);
-const limits = {
-  processes: 64,
-  openFiles: 256,
-  memoryBytes: 512 * 1024 * 1024,
-  diskBytes: 20 * 1024 * 1024,
-  diskFiles: 10_000,
-  logBytes: 64 * 1024,
-};
+const { readings, devices } = await simulatedMachine(root);
+const limits = SANDBOX_LIMITS;
 mkdirSync(path.join(dir, 'logs'), { recursive: true });
 const disk = await prepareDisk(dir, limits, 'watch', null);
 const sandbox = startSandbox({
@@ -71,17 +58,7 @@ const sandbox = startSandbox({
 const reachDir = path.join(root, '.reach');
 
 /** Runs argv in the workload with pipes. */
-async function exec(argv: string[], input = '') {
-  const proc = startExec(entryCommand(sandbox.entry, { argv, tty: false }, reachDir), null);
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
-  proc.stdout.on('data', (d: Buffer) => out.push(d));
-  proc.stderr?.on('data', (d: Buffer) => err.push(d));
-  proc.stdin.end(input);
-  const end = await proc.ended;
-  await drained(proc.stdout);
-  return { ...end, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
-}
+const exec = (argv: string[], input = '') => execIn(sandbox.entry, argv, reachDir, input);
 
 try {
   await sandbox.ready;
@@ -215,33 +192,22 @@ try {
     // (A fenced address fails at once; one that is not may take long to fail: 5 s at most.)
     const probe = (host: string) =>
       `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${lanPort} && cat <&3' 2>/dev/null || echo unreachable`;
-    const proc = startExec(
-      entryCommand(
-        networked.entry,
-        {
-          argv: [
-            'bash',
-            '-c',
-            [
-              `echo "lan ${lan ? '' : 'none'}$(${probe(lan ?? '192.0.2.1')})"`,
-              `echo "loopback $(${probe('127.0.0.1')})"`,
-              `echo "metadata $(${probe('169.254.169.254')})"`,
-              'echo "routes $(ip route | grep -c "^unreachable")"',
-              'echo "way out $(ip route | grep -c "^default via 10.0.2.2 dev tap0")"',
-            ].join('; '),
-          ],
-          tty: false,
-        },
-        reachDir,
-      ),
-      null,
+    const probed = await execIn(
+      networked.entry,
+      [
+        'bash',
+        '-c',
+        [
+          `echo "lan ${lan ? '' : 'none'}$(${probe(lan ?? '192.0.2.1')})"`,
+          `echo "loopback $(${probe('127.0.0.1')})"`,
+          `echo "metadata $(${probe('169.254.169.254')})"`,
+          'echo "routes $(ip route | grep -c "^unreachable")"',
+          'echo "way out $(ip route | grep -c "^default via 10.0.2.2 dev tap0")"',
+        ].join('; '),
+      ],
+      reachDir,
     );
-    const out: Buffer[] = [];
-    proc.stdout.on('data', (d: Buffer) => out.push(d));
-    proc.stdin.end();
-    await proc.ended;
-    await drained(proc.stdout);
-    report.network = Buffer.concat(out).toString();
+    report.network = probed.out;
   } finally {
     await networked.stop('test over');
     lanServer.close();
