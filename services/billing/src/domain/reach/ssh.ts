@@ -236,8 +236,11 @@ function once(f: () => void): () => void {
 }
 
 /**
- * Holds the connection to the session's bytes a second: what the renter sends pauses the socket's reading, what is
- * sent to them completes late (the stream over the socket waits for each send to complete before the next).
+ * Holds the connection to the session's bytes a second: what the renter sends pauses the socket's reading, and what
+ * is sent to them leaves only once the meter has room for it. A frame that would overdraw the meter waits before it
+ * is sent, not after: frames here are whole turns of SSH packets (up to a MiB joined), and a frame let through first
+ * and paid for later would give the renter a second's worth and a frame more. Frames leave in the order they were
+ * sent (the stream over the socket waits for each send to complete before the next).
  */
 function meterSocket(socket: WebSocket, meter: ByteMeter): void {
   socket.on('message', (data: Buffer) => {
@@ -248,15 +251,25 @@ function meterSocket(socket: WebSocket, meter: ByteMeter): void {
   });
   type Done = (err?: Error) => void;
   const send = socket.send.bind(socket) as (data: Buffer, options: object, done?: Done) => void;
+  /** Frames waiting for the meter, each with the time it may leave, in the order they were sent. */
+  const waiting: { at: number; go: () => void }[] = [];
+  const next = () => {
+    const frame = waiting[0];
+    if (!frame) return;
+    const wait = frame.at - Date.now();
+    if (wait > 0) return void setTimeout(next, wait);
+    waiting.shift();
+    frame.go();
+    next();
+  };
   // Called as send(data, done) too (ws's stream over the socket does): the callback is then the second argument.
   socket.send = ((data: Buffer, options?: object | Done, done?: Done) => {
     const [sendOptions, callback] = typeof options === 'function' ? [{}, options as Done] : [options ?? {}, done];
     const wait = meter.take(data.length);
-    send(
-      data,
-      sendOptions,
-      wait === 0 || !callback ? callback : (err?: Error) => setTimeout(() => callback(err), wait),
-    );
+    const go = () => send(data, sendOptions, callback);
+    if (wait === 0 && waiting.length === 0) return go();
+    waiting.push({ at: Date.now() + wait, go });
+    if (waiting.length === 1) setTimeout(next, wait);
   }) as typeof socket.send;
 }
 
