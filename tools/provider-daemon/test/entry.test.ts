@@ -3,14 +3,14 @@
  * runs in the workload's own namespaces, as its user, with its variables (and nothing of the daemon's), under its
  * limits; with a terminal, its size follows the renter's window and Ctrl-C reaches its program.
  */
-import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type ExecProcess, startExec } from '../src/reach/exec.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import { entryCommand, OWNER_USERNS, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
+import { entryCommand, NAMESPACES_OF, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
 import { pidWhileRunning, processRef } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
@@ -20,7 +20,9 @@ const root = mkdtempSync(path.join(tmpdir(), 'entry-test-'));
 chmodSync(root, 0o711);
 const sessions: string[] = [];
 const sandboxes: Sandbox[] = [];
+const others: ChildProcess[] = [];
 afterAll(async () => {
+  for (const p of others) p.kill('SIGKILL');
   await Promise.all(sandboxes.map((s) => s.stop('test over')));
   for (const dir of sessions) await releaseDisk(dir);
   rmSync(root, { recursive: true, force: true });
@@ -66,6 +68,18 @@ async function idleWorkload(env: Record<string, string> = {}) {
   }
   writeFileSync(path.join(disk.workDir, 'notes.txt'), "the renter's\n");
   return { sandbox, uid, name };
+}
+
+/** What `read` gives once it gives something (5 s at most). */
+async function until<T>(read: () => T | null): Promise<T> {
+  for (let i = 0; i < 500; i++) {
+    try {
+      const value = read();
+      if (value !== null) return value;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('never');
 }
 
 /** Runs argv in the workload with pipes; its output, errors and end. */
@@ -230,22 +244,46 @@ describe('the variables file', () => {
   });
 });
 
-describe("a daemon that is not root: the sandbox's owning user namespace (OWNER_USERNS)", () => {
+describe("the workload's namespaces, held while its PID is known to be its own (NAMESPACES_OF)", () => {
   /** Runs `argv` through the script, for the process `pid` said to have started at `start`. */
   const through = (pid: number, start: string, argv: string[]) =>
-    spawnSync('perl', ['-e', OWNER_USERNS, String(pid), start, ...argv], { encoding: 'utf8' });
+    spawnSync('perl', ['-e', NAMESPACES_OF, String(pid), start, ...argv], { encoding: 'utf8' });
+  const held = ['sh', '-c', 'readlink /proc/self/fd/4 /proc/self/fd/5'];
 
-  it("gives the command the user namespace owning the process's network namespace, as descriptor 4", async () => {
-    const own = through(process.pid, processRef(process.pid)!.start, ['readlink', '/proc/self/fd/4']);
-    expect(own).toMatchObject({ status: 0, stdout: `${readlinkSync('/proc/self/ns/user')}\n` });
+  it("gives the command the process's network namespace as descriptor 5, and the user namespace owning it as 4", async () => {
+    const own = through(process.pid, processRef(process.pid)!.start, held);
+    expect(own).toMatchObject({
+      status: 0,
+      stdout: `${readlinkSync('/proc/self/ns/user')}\n${readlinkSync('/proc/self/ns/net')}\n`,
+    });
     // A sandbox's: not the user namespace its processes are in (bubblewrap nested that one), the one it was made in.
     const w = await idleWorkload();
     const init = w.sandbox.entry.pid()!;
-    const owner = through(init, processRef(init)!.start, ['readlink', '/proc/self/fd/4']);
-    expect(owner.status).toBe(0);
-    expect(owner.stdout).toMatch(/^user:\[\d+\]\n$/);
-    expect(owner.stdout.trim()).not.toBe(readlinkSync(`/proc/${init}/ns/user`));
-    expect(owner.stdout.trim()).not.toBe(readlinkSync('/proc/self/ns/user'));
+    const sandbox = through(init, processRef(init)!.start, held);
+    expect(sandbox.status).toBe(0);
+    const [owner, net] = sandbox.stdout.trim().split('\n');
+    expect(owner).toMatch(/^user:\[\d+\]$/);
+    expect(owner).not.toBe(readlinkSync(`/proc/${init}/ns/user`));
+    expect(owner).not.toBe(readlinkSync('/proc/self/ns/user'));
+    expect(net).toBe(readlinkSync(`/proc/${init}/ns/net`));
+  });
+
+  it("keeps descriptor 3 (the variables, a forwarder's channel), wherever its own were opened", () => {
+    // Descriptor 3 taken, the script's own namespaces open on 4 and 5 first: each is moved without closing the other.
+    const r = spawnSync(
+      'sh',
+      [
+        '-c',
+        'exec 3</etc/hostname; exec "$@"',
+        'sh',
+        ...['perl', '-e', NAMESPACES_OF, String(process.pid), processRef(process.pid)!.start],
+        ...['sh', '-c', 'cat <&3; readlink /proc/self/fd/4 /proc/self/fd/5'],
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(r.stdout).toBe(
+      `${readFileSync('/etc/hostname', 'utf8')}${readlinkSync('/proc/self/ns/user')}\n${readlinkSync('/proc/self/ns/net')}\n`,
+    );
   });
 
   it('refuses a process that started at another time than the daemon saw (its PID given again), or is gone', () => {
@@ -257,5 +295,36 @@ describe("a daemon that is not root: the sandbox's owning user namespace (OWNER_
       const r = through(pid, told, ['echo', 'entered']);
       expect(r).toMatchObject({ status: 126, stdout: '', stderr: 'gpu: the workload has ended\n' });
     }
+  });
+
+  it("enters nothing of a process that took the PID after the check: its namespaces are not the workload's to join", async () => {
+    // The kernel gives a PID again once its process is gone: between the check and nsenter opening the namespaces
+    // by PID, the workload's first process may have ended and another taken its number. Here, for a root daemon, a
+    // process in a user namespace of its own that has the workload's user (as a container of that user's would),
+    // with a network of its own; else the machine's own (this test's node). The entering command, the PID now naming
+    // that process, must refuse.
+    const w = await idleWorkload();
+    const init = w.sandbox.entry.pid()!;
+    let other = process.pid;
+    if (w.uid !== undefined) {
+      const held = spawn('unshare', ['--user', '--mount', '--net', '--pid', '--fork', 'sleep', '60'], {
+        stdio: 'ignore',
+      });
+      others.push(held);
+      const pid = await until(
+        () => Number(readFileSync(`/proc/${held.pid}/task/${held.pid}/children`, 'utf8')) || null,
+      );
+      writeFileSync(`/proc/${pid}/uid_map`, `${w.uid} ${w.uid} 1`);
+      writeFileSync(`/proc/${pid}/setgroups`, 'deny');
+      writeFileSync(`/proc/${pid}/gid_map`, `${w.uid} ${w.uid} 1`);
+      other = pid;
+    }
+    const command = entryCommand(w.sandbox.entry, { argv: ['ip', '-o', 'link'], tty: false }, reachDir);
+    // The wrapper checks the PID it is given (args 4 and 5); what follows it names the other process.
+    const args = command.args.map((a, i) => (i > 5 && a === `--target=${init}` ? `--target=${other}` : a));
+    expect(args).not.toEqual(command.args);
+    const r = spawnSync(command.file, args, { env: command.env, encoding: 'utf8' });
+    expect(r.stdout).toBe('');
+    expect(r.status).not.toBe(0);
   });
 });

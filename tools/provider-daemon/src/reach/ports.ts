@@ -6,9 +6,10 @@
  * A process cannot connect from another network namespace than its own, and Node cannot change its own, so each
  * workload reached this way gets a small forwarder at its first forward: the daemon's own node, started by
  * `nsenter --net` in the network namespace of the workload's first process (only that namespace: it runs the
- * machine's files) with no group of root's and no new privileges (`setpriv`), which makes itself the workload's user
- * (no capability left) before anything else. A daemon that is not root (its sandboxes run as its own user) joins the
- * sandbox's owning user namespace first, as entering does (entry.ts, `OWNER_USERNS`), keeping its credentials. For each
+ * machine's files; joined through a descriptor opened while the PID was the workload's, entry.ts `NAMESPACES_OF`)
+ * with no group of root's and no new privileges (`setpriv`), which makes itself the workload's user (no capability
+ * left) before anything else. A daemon that is not root (its sandboxes run as its own user) joins the sandbox's
+ * owning user namespace first, as entering does, keeping its credentials. For each
  * connection it connects inside and hands the connected socket back to the daemon over its IPC channel (a socket
  * pair only the daemon holds; the descriptor passes, the bytes do not): the daemon then holds an ordinary socket of
  * the workload's namespace, and the renter's bytes go between it and the program with no process between. The
@@ -28,7 +29,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relayBytes } from '@gpu/common/byte-relay';
 import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
-import { type Entry, HELPERS_PATH, inOwnerNamespace } from '../workloads/entry.ts';
+import { type Entry, HELPERS_PATH, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from '../workloads/entry.ts';
 import { startTimeOf } from '../workloads/processes.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
@@ -55,6 +56,13 @@ const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
  * it is handed over, so no byte of the program's stays behind in this process.
  */
 const FORWARDER = `
+const fs = require('node:fs');
+// The namespaces it was started through (NAMESPACES_OF): none of its business once in.
+for (const fd of [4, 5]) {
+  try {
+    if (/^(user|net):\\[/.test(fs.readlinkSync('/proc/self/fd/' + fd))) fs.closeSync(fd);
+  } catch {}
+}
 if (process.argv[3] !== '') {
   const uid = Number(process.argv[3]);
   process.setgid(uid);
@@ -119,11 +127,17 @@ class Forwarder {
       sessionId,
       uid === undefined ? '' : String(uid),
     ];
-    const [command, ...args] =
-      uid === undefined
-        ? // Through the sandbox's owning user namespace (descriptor 4), credentials kept.
-          [...inOwnerNamespace(pid, start), `--target=${pid}`, '--net', '--preserve-credentials', '--', ...forwarder]
-        : ['nsenter', `--target=${pid}`, '--net', '--', ...forwarder];
+    // Its network namespace by the descriptor `NAMESPACES_OF` opened while the PID was the workload's, never by the
+    // PID (the kernel may have given it to another process by then). A daemon that is not root joins it from the
+    // sandbox's owning user namespace (descriptor 4), credentials kept.
+    const [command, ...args] = [
+      ...withNamespacesOf(pid, start),
+      'nsenter',
+      ...(uid === undefined ? [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials'] : []),
+      `--net=${NET_FD}`,
+      '--',
+      ...forwarder,
+    ];
     this.child = spawn(command!, args, {
       env: { PATH: HELPERS_PATH },
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],

@@ -8,20 +8,21 @@
  *   group (the wrapper moves itself there before anything starts, so everything it starts is counted), with
  *   `no_new_privs`. So it sees the workload's files, GPUs and processes and nothing of the machine's (its network is
  *   the workload's: none, or slirp's, which never reaches the host's loopback). Bubblewrap made those namespaces in a
- *   user namespace of their own that no process is left in (every process of the sandbox is in the nested one), so
- *   only root can join them as they are: a daemon running as root does, and takes the workload's user (no group of
- *   root's) in the nested one. A daemon that is not root (its workloads run as its own user) first joins that owning
- *   user namespace, which it made and so may enter, reached from the sandbox's network namespace (`OWNER_USERNS`:
- *   the kernel's `NS_GET_USERNS`, which neither Node nor util-linux 2.38's nsenter offers, asked by Perl, which every
- *   Debian has), and from there the rest, keeping its credentials: the same namespaces, the same user and groups as
- *   the workload's own processes.
+ *   user namespace of their own that no process is left in (every process of the sandbox is in the nested one), whose
+ *   root is the workload's user. Entering first joins that owning user namespace, reached from the sandbox's network
+ *   namespace (`NAMESPACES_OF`: the kernel's `NS_GET_USERNS`, asked by Perl, which every Debian has), as its root: a
+ *   daemon that is not root (its workloads run as its own user) is that root already and keeps its credentials, a
+ *   root daemon takes them (its workloads run as users of their own) with no group of root's. From there the rest, credentials kept: the same namespaces, the same user and groups as
+ *   the workload's own processes. The owning namespace is opened while the workload's first process is known to be
+ *   the one the daemon looked at (its start time checked after), and nothing it lets in reaches another's namespaces:
+ *   the kernel may give that PID to another process by the time nsenter opens the others, and those are refused.
  *
  *   **Nothing of the sandbox's runs privileged.** Its root is the workload's view: a program started from it runs its
  *   dynamic loader (`/lib64`) and libraries from there. So the mount namespace and the root are joined in the same
  *   step as the nested user namespace, and that step takes the workload's credentials before it starts anything:
- *   every program started while the daemon's privilege lasts (root's; a daemon's own user is root of the owning
- *   user namespace) is the machine's own, from the machine's root. The sandbox's root is read-only besides
- *   (sandbox.ts), and `no_new_privs` holds from the first step.
+ *   every program started while a privilege lasts (a root daemon's, then that of the owning namespace's root) is the
+ *   machine's own, from the machine's root. The sandbox's root is read-only besides (sandbox.ts), and `no_new_privs`
+ *   holds from the first step.
  * - **Container**: the runtime's own `exec` into the session's container, as its user, in `/work`, its variables
  *   from a file the same way (runtime-env.ts), read through descriptor 3 by the runtime itself.
  *
@@ -105,19 +106,25 @@ const OPEN_ENV = 'exec 3<"$1" || exit 126; rm -f -- "$1"; shift; exec "$@"';
 
 /**
  * Inside the workload: its variables from descriptor 3 (and nothing of the daemon's), then the program, with neither
- * descriptor 3 nor 4 (a daemon that is not root entered through the sandbox's owning user namespace on 4).
+ * descriptor 3 nor 4 and 5 (the workload's namespaces, through which it entered: `NAMESPACES_OF`).
  */
-const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&- 4<&-; exec "$@"';
+const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&- 4<&- 5<&-; exec "$@"';
+
+/** Where a command started by `NAMESPACES_OF` finds the user namespace owning the workload's network namespace. */
+export const OWNER_USERNS_FD = '/proc/self/fd/4';
+/** Where a command started by `NAMESPACES_OF` finds the workload's network namespace. */
+export const NET_FD = '/proc/self/fd/5';
 
 /**
- * For a daemon that is not root: gives the rest of its arguments the user namespace that owns the network namespace of
- * the process its first two name (its PID and start time) as descriptor 4, then becomes them. The namespace comes
- * from the kernel's `NS_GET_USERNS` (`_IO(0xb7, 1)`, linux/nsfs.h) on the process's network namespace, and the
- * process's start time is checked once that is open: the descriptor is then that workload's, whatever the kernel
- * gives its PID afterwards, and nothing that descriptor lets in reaches another (a namespace of another owner cannot
- * be joined from it).
+ * Gives the rest of its arguments the network namespace of the process its first two name (its PID and start time)
+ * as descriptor 5, and the user namespace that owns it as descriptor 4, then becomes them. The owner comes from the
+ * kernel's `NS_GET_USERNS` (`_IO(0xb7, 1)`, linux/nsfs.h), which neither Node nor util-linux 2.38's nsenter offers,
+ * and the process's start time is checked once both are open: the descriptors are then that workload's, whatever
+ * the kernel gives its PID afterwards. So a command that joins the network namespace through its descriptor joins
+ * that workload's, and one that joins the owning user namespace (a sandbox's: bubblewrap's, whose root is the
+ * workload's user) cannot join another's namespaces from there, by PID or otherwise.
  */
-export const OWNER_USERNS = [
+export const NAMESPACES_OF = [
   'use strict;',
   'my ($pid, $start) = splice(@ARGV, 0, 2);',
   'sub ended { print STDERR "gpu: the workload has ended\\n"; exit 126 }',
@@ -128,20 +135,32 @@ export const OWNER_USERNS = [
   'my @fields = split(/ /, (<$stat> // "") =~ s/^.*\\) //sr);',
   '($fields[19] // "") eq $start or ended();',
   'require POSIX;',
-  'POSIX::dup2($owner, 4) or exit 126;',
-  // Open across the exec (POSIX::dup2 marks a descriptor above $^F close-on-exec).
-  'open(my $kept, "<&=", 4) or exit 126;',
-  'fcntl($kept, 2, 0) or exit 126;',
+  // Out of the way first (either may be on 4 or 5 already), then onto 4 and 5, open across the exec.
+  'POSIX::dup2($owner, 100) // exit 126;',
+  'POSIX::dup2(fileno($ns), 101) // exit 126;',
+  'my @kept;',
+  'for my $i (0, 1) {',
+  '  POSIX::dup2(100 + $i, 4 + $i) // exit 126;',
+  '  POSIX::close(100 + $i);',
+  '  open(my $fd, "<&=", 4 + $i) or exit 126;',
+  '  fcntl($fd, 2, 0) or exit 126;',
+  '  push @kept, $fd;',
+  '}',
   'exec { $ARGV[0] } @ARGV or do { print STDERR "gpu: $ARGV[0]: $!\\n"; exit 126 };',
 ].join('\n');
 
+/** The start of a command line given the namespaces of the process `pid` that started at `start` (`NAMESPACES_OF`). */
+export function withNamespacesOf(pid: number, start: string): string[] {
+  return ['perl', '-e', NAMESPACES_OF, String(pid), start];
+}
+
 /**
- * The start of a command line run in the sandbox's owning user namespace (a daemon that is not root): `OWNER_USERNS`
- * for the process `pid` that started at `start`, then `nsenter` joining that namespace; the caller adds nsenter's other
- * options, `--`, and the program.
+ * The start of a command line run in the sandbox's owning user namespace: `NAMESPACES_OF` for the process `pid`
+ * that started at `start`, then `nsenter` joining that namespace; the caller adds nsenter's other options, `--`, and
+ * the program.
  */
 export function inOwnerNamespace(pid: number, start: string): string[] {
-  return ['perl', '-e', OWNER_USERNS, String(pid), start, 'nsenter', '--user=/proc/self/fd/4'];
+  return [...withNamespacesOf(pid, start), 'nsenter', `--user=${OWNER_USERNS_FD}`];
 }
 
 /** Whether the workload's process has a cgroup namespace of its own (bwrap makes one where the kernel lets it). */
@@ -239,56 +258,35 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   // dynamic loader, its libraries) runs only once nothing of the daemon's privilege is left.
   const program = ['/usr/bin/setpriv', '--inh-caps=-all', '--', '/bin/sh', '-c', INNER, 'sh', ...request.argv];
   // Each step runs a program of the machine's (the mount namespace, and the sandbox's root, are joined last, in the
-  // same step as the workload's own user namespace and user), with no new privileges from the first.
-  const steps =
-    entry.uid !== undefined
-      ? // Root: no group of root's goes in; one nsenter joins every namespace, bwrap's nested user namespace (the
-        // first process's own) last, then takes the workload's user there before it starts anything.
-        [
-          'setpriv',
-          '--clear-groups',
-          '--no-new-privs',
-          '--',
-          'nsenter',
-          `--target=${init}`,
-          '--mount',
-          '--pid',
-          '--net',
-          '--ipc',
-          '--uts',
-          '--cgroup',
-          '--user',
-          '--root',
-          '--wd',
-          `--setuid=${entry.uid}`,
-          `--setgid=${entry.uid}`,
-          '--',
-        ]
-      : // Not root: the sandbox's owning user namespace (descriptor 4) and its namespaces but the mount one, where
-        // the daemon's user is root; then the mount namespace, the root and the nested user namespace, where it is
-        // the workload's user: its credentials kept throughout, the workload's own.
-        [
-          'setpriv',
-          '--no-new-privs',
-          '--',
-          ...inOwnerNamespace(init, started),
-          `--target=${init}`,
-          '--pid',
-          '--net',
-          '--ipc',
-          '--uts',
-          ...(ownCgroupNamespace(init) ? ['--cgroup'] : []),
-          '--preserve-credentials',
-          '--',
-          '/usr/bin/nsenter',
-          `--target=${init}`,
-          '--mount',
-          '--user',
-          '--root',
-          '--wd',
-          '--preserve-credentials',
-          '--',
-        ];
+  // same step as the workload's own user namespace and user), with no new privileges from the first. First the
+  // sandbox's owning user namespace (descriptor 4, anchored to this workload: from it no other's namespaces can be
+  // joined, whatever process holds the PID by the time nsenter opens them) and its namespaces but the mount one,
+  // where the workload's user is root: a daemon that is not root keeps its credentials (its user is that root), a
+  // root daemon takes that root's (nsenter's default there), with no group of root's. Then the mount namespace, the
+  // root and the nested user namespace, credentials kept: the same user and groups as the workload's own processes.
+  const steps = [
+    'setpriv',
+    ...(root ? ['--clear-groups'] : []),
+    '--no-new-privs',
+    '--',
+    ...inOwnerNamespace(init, started),
+    `--target=${init}`,
+    '--pid',
+    '--net',
+    '--ipc',
+    '--uts',
+    ...(ownCgroupNamespace(init) ? ['--cgroup'] : []),
+    ...(root ? [] : ['--preserve-credentials']),
+    '--',
+    '/usr/bin/nsenter',
+    `--target=${init}`,
+    '--mount',
+    '--user',
+    '--root',
+    '--wd',
+    '--preserve-credentials',
+    '--',
+  ];
   return {
     file: '/bin/sh',
     args: [

@@ -50,7 +50,7 @@ import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
-import { type Entry, inOwnerNamespace } from './entry.ts';
+import { type Entry, inOwnerNamespace, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from './entry.ts';
 import { type ProcessRef, pidWhileRunning, processRef, running, startTimeOf } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
@@ -304,44 +304,31 @@ function bwrapArgs(opts: SandboxOptions): string[] {
 const FENCED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10'];
 
 /**
- * Routes the fenced addresses to nowhere in the workload's network namespace (`nsenter` and `ip`). A daemon that is
- * not root joins the sandbox's owning user namespace first, as entering does (entry.ts, `OWNER_USERNS`): bubblewrap
- * made the network namespace there, where the daemon's user is root.
+ * Routes the fenced addresses to nowhere in the workload's network namespace (`ip`, through the descriptor entry.ts's
+ * `NAMESPACES_OF` opened while the PID was the workload's). A daemon that is not root joins the sandbox's owning user
+ * namespace first, as entering does: bubblewrap made the network namespace there, where the daemon's user is root.
  */
 export async function fenceNetwork(pid: number): Promise<void> {
   const own = Object.values(networkInterfaces())
     .flat()
     .filter((a) => a && a.family === 'IPv4' && !a.internal)
     .map((a) => `${a!.address}/32`);
-  if (process.getuid?.() !== 0) {
-    const start = startTimeOf(pid);
-    if (start === null) throw new Error('fencing failed: the workload has ended');
-    const [command, ...args] = [
-      ...inOwnerNamespace(pid, start),
-      `--net=/proc/${pid}/ns/net`,
-      '--preserve-credentials',
-      '--',
-      'ip',
-      '-batch',
-      '-',
-    ];
-    const { status, stderr } = spawnSync(command!, args, {
-      input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join(''),
-    });
-    if (status !== 0) throw new Error(`fencing failed: ${String(stderr).trim()}`);
-    return;
-  }
-  for (const cidr of [...FENCED, ...own]) {
-    const { status, stderr } = spawnSync('nsenter', [
-      `--net=/proc/${pid}/ns/net`,
-      'ip',
-      'route',
-      'add',
-      'unreachable',
-      cidr,
-    ]);
-    if (status !== 0) throw new Error(`fencing ${cidr} failed: ${String(stderr).trim()}`);
-  }
+  const start = startTimeOf(pid);
+  if (start === null) throw new Error('fencing failed: the workload has ended');
+  const [command, ...args] = [
+    ...withNamespacesOf(pid, start),
+    'nsenter',
+    ...(process.getuid?.() === 0 ? [] : [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials']),
+    `--net=${NET_FD}`,
+    '--',
+    'ip',
+    '-batch',
+    '-',
+  ];
+  const { status, stderr } = spawnSync(command!, args, {
+    input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join(''),
+  });
+  if (status !== 0) throw new Error(`fencing failed: ${String(stderr).trim()}`);
 }
 
 /** The PID bwrap says on its info fd once the sandbox is set up (it closes the fd without one when setup failed). */
@@ -377,23 +364,24 @@ async function startNetwork(pid: number, block: Writable, slirp: string): Promis
     '--enable-sandbox',
     '--enable-seccomp',
     '--ready-fd=3',
-    '--exit-fd=5',
-    // By path: through the process, it would join the process's user namespace first, bubblewrap's nested one,
-    // from which the network namespace (made in the sandbox's owning one) cannot be joined.
+    '--exit-fd=6',
+    // By path, through the descriptor `NAMESPACES_OF` opened (entry.ts): through the process, it would join the
+    // process's user namespace first, bubblewrap's nested one, from which the network namespace (made in the
+    // sandbox's owning one) cannot be joined.
     '--netns-type=path',
-    `/proc/${pid}/ns/net`,
+    NET_FD,
     'tap0',
   ];
   const start = startTimeOf(pid);
   if (start === null) throw new Error('the sandbox ended before its network was up');
-  // A daemon that is not root starts it in the sandbox's owning user namespace (entry.ts, `OWNER_USERNS`), where its
-  // user is root: the network namespace is that namespace's to join.
+  // A daemon that is not root starts it in the sandbox's owning user namespace, where its user is root: the network
+  // namespace is that namespace's to join. A root daemon's is root's (the tap device is root's to open).
   const [command, ...args] =
     process.getuid?.() === 0
-      ? [slirp, ...slirpArgs]
+      ? [...withNamespacesOf(pid, start), slirp, ...slirpArgs]
       : [...inOwnerNamespace(pid, start), '--preserve-credentials', '--', slirp, ...slirpArgs];
-  // Descriptor 4 stays free: the owning user namespace's, for a daemon that is not root.
-  const net = spawn(command!, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'ignore', 'pipe'] });
+  // Descriptors 4 and 5 stay free: the workload's namespaces, given by `NAMESPACES_OF`.
+  const net = spawn(command!, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'ignore', 'ignore', 'pipe'] });
   const failed = once(net, 'error').then(([err]) => {
     throw err as Error;
   });
