@@ -136,7 +136,7 @@ const records = async (sessionId: string) =>
       .execute()
   ).map((r) => r.message_id);
 
-async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 10_000): Promise<T> {
+async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 30_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await read();

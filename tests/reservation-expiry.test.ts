@@ -54,15 +54,15 @@ describe('a reservation that lapses', () => {
     const reserved = await billing.app.inject({
       method: 'POST',
       url: '/api/v1/billing/reservations',
-      payload: { user_id: randomUUID(), provider_id: machine.id, gpu_model: 'A100', gpu_count: 2, ttl_seconds: 8 },
+      payload: { user_id: randomUUID(), provider_id: machine.id, gpu_model: 'A100', gpu_count: 2, ttl_seconds: 20 },
     });
     expect(reserved.statusCode, reserved.body).toBe(201);
     const expiresAt = Date.parse(reserved.json().expires_at);
     const holds = () => registry.app.holds.of(machine.id);
     const status = async () => (await registry.app.inject({ url: `/providers/${machine.id}` })).json().status;
 
-    // Held at the registry while it lasts: the machine is busy.
-    const deadline = Date.now() + 10_000;
+    // Held at the registry while it lasts (long enough for a busy machine to carry the hold there first): busy.
+    const deadline = Date.now() + 15_000;
     while ((await holds()).gpuIndices.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(await holds()).toEqual({ version: 1, gpuIndices: [0, 1] });
     expect(await status()).toBe('busy');

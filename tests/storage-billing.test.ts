@@ -156,7 +156,7 @@ describe('storage billed over NATS', () => {
       // Reported twice (a restart, a second instance): one charge.
       await inOnePeriod();
       for (let i = 0; i < 2; i++) expect((await overNats.app.meter!.meter()).failed).toBe(0);
-      await expect.poll(charges, { timeout: 10_000 }).toHaveLength(1);
+      await expect.poll(charges, { timeout: 30_000 }).toHaveLength(1);
       expect((await charges())[0]).toMatchObject({ bytes: 1 << 20, cost: '0.976562', charged: '0.976562' });
 
       // Forged: another period of the same user without a token, and with a renter's token: neither is charged.
@@ -186,7 +186,7 @@ describe('storage billed over NATS', () => {
         { ...forged, period_start: '2026-01-02T00:00:00.000Z', period_end: '2026-01-02T01:00:00.000Z', bytes: 0 },
         { msgId: `real-${suffix}`, headers: { Authorization: `Bearer ${await token.get()}` } },
       );
-      await expect.poll(charges, { timeout: 10_000 }).toHaveLength(2);
+      await expect.poll(charges, { timeout: 30_000 }).toHaveLength(2);
       const rejected = await consumer.metrics[0]!.get();
       const count = (reason: string) => rejected.values.find((v) => v.labels.reason === reason)?.value ?? 0;
       expect(count('unauthenticated')).toBe(1);

@@ -126,7 +126,7 @@ describe('tracing', () => {
     // The registry's consumer takes the session.started event: its span ends once handled.
     await expect
       .poll(() => ofTrace().filter((s) => s.name.startsWith('process ') && s.name.endsWith('session.started')), {
-        timeout: 10_000,
+        timeout: 30_000,
       })
       .toHaveLength(1);
     const usage = await billing.app.inject({
@@ -202,7 +202,7 @@ describe('tracing', () => {
           ofTrace()
             .filter((s) => s.kind === 3 && parentOf(s) === consume.spanContext().spanId)
             .map((s) => s.name),
-        { timeout: 10_000 },
+        { timeout: 30_000 },
       )
       .toEqual([expect.stringMatching(/^publish .*status/)]);
 
@@ -340,7 +340,7 @@ describe('tracing', () => {
       expect(publish?.kind).toBe(3 /* PRODUCER */);
       expect(parentOf(publish)).toBe(spanIdOf(startSpan));
       await expect
-        .poll(() => childrenOf(publish).map((s) => [s.instrumentationScope.name, s.name, s.kind]), { timeout: 10_000 })
+        .poll(() => childrenOf(publish).map((s) => [s.instrumentationScope.name, s.name, s.kind]), { timeout: 30_000 })
         .toEqual([['usage consumer', `process ${prefix}.${sessionId}`, 4 /* CONSUMER */]]);
       // Over HTTP, and each workload state: a span of the daemon's under start-session; the request's client span
       // under it; billing's server span under that.
@@ -378,7 +378,7 @@ describe('tracing', () => {
   it("exposes the registry's consumers' lag on /metrics once they run", async () => {
     const scrape = async () => (await platform.registry.app.inject({ url: '/metrics' })).body;
     await expect
-      .poll(scrape, { timeout: 10_000 })
+      .poll(scrape, { timeout: 30_000 })
       .toMatch(/^registry_consumer_pending\{[^}]*consumer="[^"]+"[^}]*\} \d+$/m);
     // Every message handled above: nothing waits.
     expect([...(await scrape()).matchAll(/^registry_consumer_pending\{[^}]*\} (\d+)$/gm)].map((m) => m[1])).toEqual(

@@ -106,6 +106,15 @@ export async function health(port: number): Promise<{ status: number; body: { st
   }
 }
 
+/** Whether a service answers its liveness probe (`/health/live`: the process answers, no dependency asked). */
+export async function live(port: number): Promise<boolean> {
+  try {
+    return (await fetch(`http://127.0.0.1:${port}/health/live`)).status === 200;
+  } catch {
+    return false;
+  }
+}
+
 /** The pids a `pnpm start` output says it started (`[start] <name> started (pid N)`), of one process or all. */
 export function startedPids(output: string, name = '\\S+'): number[] {
   return [...output.matchAll(new RegExp(`\\[start\\] ${name} started \\(pid (\\d+)\\)`, 'g'))].map((m) => Number(m[1]));

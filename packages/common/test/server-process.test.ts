@@ -69,7 +69,8 @@ describe('graceful shutdown (shutdown_timeout)', () => {
     const [res, exit] = await Promise.all([response, service.exited]);
     expect(res).toMatchObject({ status: 200, body: { slept_ms: 800 } });
     expect(exit.code).toBe(0);
-    expect(exit.at - signalled).toBeLessThan(5_000);
+    // Short of the 10 s bound: it did not wait for it (a busy machine may stretch the rest).
+    expect(exit.at - signalled).toBeLessThan(9_000);
     expect(service.output()).toContain('shutdown complete');
   });
 
@@ -85,7 +86,8 @@ describe('graceful shutdown (shutdown_timeout)', () => {
     const exit = await service.exited;
     expect(exit.code).toBe(1);
     expect(exit.at - signalled).toBeGreaterThanOrEqual(900);
-    expect(exit.at - signalled).toBeLessThan(5_000);
+    // Long before the request's 20 s.
+    expect(exit.at - signalled).toBeLessThan(10_000);
     expect(await response).toBe('connection closed');
     expect(service.output()).toContain('graceful shutdown timed out');
   });
@@ -103,7 +105,7 @@ describe('graceful shutdown (shutdown_timeout)', () => {
     ]);
     expect(exit, 'still running 12 s after SIGTERM').toBeDefined();
     expect(exit?.code).toBe(0);
-    expect((exit?.at ?? 0) - signalled).toBeLessThan(5_000);
+    expect((exit?.at ?? 0) - signalled).toBeLessThan(9_000);
   });
 });
 

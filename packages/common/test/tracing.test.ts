@@ -338,16 +338,16 @@ describe('tracing on: NATS messages', () => {
       sender.end();
       await publisher.publish(`test.traced.${suffix}.b`, { id: 'untraced' });
       await publisher.publish(`test.traced.${suffix}.c`, { nothing: true });
-      await expect.poll(() => handled.length, { timeout: 10_000 }).toBe(2);
+      await expect.poll(() => handled.length, { timeout: 30_000 }).toBe(2);
       await expect
         .poll(() => logs.lines().filter((l) => l.msg === 'malformed test message dropped'), {
-          timeout: 10_000,
+          timeout: 30_000,
         })
         .toHaveLength(1);
 
       const consumerSpans = () =>
         exporter.getFinishedSpans().filter((s) => s.instrumentationScope.name === 'traced consumer');
-      await expect.poll(() => consumerSpans().length, { timeout: 10_000 }).toBe(3);
+      await expect.poll(() => consumerSpans().length, { timeout: 30_000 }).toBe(3);
       const line = (id: string) => logs.lines().find((l) => l.msg === 'handling' && l.id === id)!;
       // The traced message: its handler's line names the sender's trace and the consumer span under the sender's span.
       const traced = consumerSpans().find((s) => s.spanContext().spanId === line('traced').span_id)!;

@@ -60,7 +60,7 @@ async function natsBeat(caller: Caller, id: string) {
   hdrs.set('Authorization', caller.headers.authorization);
   const answer = await nc.request(`${h.config.messaging.subjects.heartbeats}.${id}`, '', {
     headers: hdrs,
-    timeout: 5000,
+    timeout: 20_000,
   });
   return answer.json<{ status_code: number; problem?: { code: string } }>();
 }

@@ -12,7 +12,7 @@ import { ageProvider, gpu, type Harness, providerBody, register, startHarness } 
 let h: Harness;
 
 beforeAll(async () => {
-  h = await startHarness({ nats: false, config: { heartbeat_interval: '1s', offline_after: '5s' } });
+  h = await startHarness({ nats: false, config: { heartbeat_interval: '1s', offline_after: '60s' } });
 });
 afterAll(async () => {
   await h.close();
@@ -72,7 +72,7 @@ describe('GET /providers rendering', () => {
         ],
       },
     });
-    await ageProvider(h.database, silent.id, 60_000);
+    await ageProvider(h.database, silent.id, 600_000);
     // Microsecond timestamps whose milliseconds must be truncated, as JS Dates are, not rounded.
     await sql`UPDATE providers SET registered_at = '2025-03-04 05:06:07.999999+00' WHERE id = ${minimal.id}`.execute(
       h.database.db,

@@ -45,7 +45,7 @@ async function beat(id: string, body: unknown, authorization: string | null = `B
   const payload = body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body);
   const answer = await nc.request(`${h.config.messaging.subjects.heartbeats}.${id}`, payload, {
     headers: hdrs,
-    timeout: 5000,
+    timeout: 20_000,
   });
   return answer.json<Record<string, unknown>>();
 }

@@ -251,7 +251,12 @@ describe('POST /providers/{providerID}/heartbeat', () => {
     }
 
     await h.app.events.flush();
-    await events.waitFor(() => events.about(failed.id).some((e) => e.data.reason === 'heartbeat'));
+    await events.waitFor(
+      () =>
+        events.about(failed.id).some((e) => e.data.reason === 'heartbeat') &&
+        events.about(offline.id).some((e) => e.data.reason === 'heartbeat'),
+    );
+    // Any second one of theirs would have come by now.
     await new Promise((r) => setTimeout(r, 100));
     expect(events.about(offline.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(1);
     expect(events.about(failed.id).filter((e) => e.data.reason === 'heartbeat')).toHaveLength(1);

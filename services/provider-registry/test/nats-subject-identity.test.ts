@@ -57,7 +57,7 @@ describe('heartbeats whose subject names their sender', () => {
     const { owner, daemon, machine } = await rig();
     const nc = await daemonConnection(owner, daemon);
     const before = await lastSeen(machine);
-    const answer = await nc.request(`${prefix()}.${owner.id}.${daemon.id}.${machine}`, '', { timeout: 5000 });
+    const answer = await nc.request(`${prefix()}.${owner.id}.${daemon.id}.${machine}`, '', { timeout: 20_000 });
     expect(answer.json()).toMatchObject({ status_code: 200, id: machine, status: 'idle' });
     expect((await lastSeen(machine)).getTime()).toBeGreaterThan(new Date(before).getTime());
     // Published without asking: applied all the same.
@@ -83,7 +83,7 @@ describe('heartbeats whose subject names their sender', () => {
     });
     // Its own subject naming their machine passes the server, and the registry refuses it (not its owner's).
     const answer = await nc.request(`${prefix()}.${mine.owner.id}.${mine.daemon.id}.${theirs.machine}`, '', {
-      timeout: 5000,
+      timeout: 20_000,
     });
     expect(answer.json()).toMatchObject({ status_code: 403, problem: { code: 'NOT_PROVIDER_OWNER' } });
     expect(await lastSeen(theirs.machine)).toEqual(before);
@@ -101,7 +101,7 @@ describe('heartbeats whose subject names their sender', () => {
     );
     expect(direct).toBe('unanswered');
     const nc = await daemonConnection(owner, other);
-    const refused = await nc.request(`${prefix()}.${owner.id}.${other.id}.${machine}`, '', { timeout: 5000 });
+    const refused = await nc.request(`${prefix()}.${owner.id}.${other.id}.${machine}`, '', { timeout: 20_000 });
     expect(refused.json()).toMatchObject({ status_code: 403, problem: { code: 'NOT_MACHINE_DAEMON' } });
     expect(await lastSeen(machine)).toEqual(before);
   });

@@ -106,7 +106,7 @@ describe('a daemon stopped cleanly', () => {
       await until(
         () => offeredIn(daemon.region),
         (o) => o.includes(daemon.providerId),
-        15_000,
+        30_000,
       ),
     ).toContain(daemon.providerId);
 
@@ -124,7 +124,7 @@ describe('a daemon stopped cleanly', () => {
     const ended = await until(
       () => sessionOf(sessionId),
       (s) => s.status === 'terminated',
-      20_000,
+      30_000,
     );
     expect(ended).toMatchObject({ status: 'terminated', end_reason: 'provider_offline' });
   });
@@ -135,7 +135,7 @@ describe('a daemon stopped cleanly', () => {
       await until(
         () => offeredIn(daemon.region),
         (o) => o.includes(daemon.providerId),
-        15_000,
+        30_000,
       ),
     ).toContain(daemon.providerId);
     daemon.child.kill('SIGTERM');

@@ -10,11 +10,11 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type ExecProcess, startExec } from '../src/reach/exec.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import { entryCommand, NAMESPACES_OF, shellAssignments, workloadInnerPid } from '../src/workloads/entry.ts';
+import { entryCommand, NAMESPACES_OF, shellAssignments } from '../src/workloads/entry.ts';
 import { pidWhileRunning, processRef } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
-import { execIn, SANDBOX_LIMITS, simulatedMachine } from './support/sandbox-fixtures.ts';
+import { execIn, programStarted, SANDBOX_LIMITS, simulatedMachine } from './support/sandbox-fixtures.ts';
 
 const root = mkdtempSync(path.join(tmpdir(), 'entry-test-'));
 chmodSync(root, 0o711);
@@ -62,10 +62,7 @@ async function idleWorkload(env: Record<string, string> = {}) {
   sandboxes.push(sandbox);
   await sandbox.ready;
   // Its program starts just after the sandbox is set up.
-  const init = sandbox.entry.kind === 'sandbox' ? sandbox.entry.pid() : null;
-  for (let i = 0; i < 200 && init !== null && workloadInnerPid(init) === null; i++) {
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await programStarted(sandbox.entry);
   writeFileSync(path.join(disk.workDir, 'notes.txt'), "the renter's\n");
   return { sandbox, uid, name };
 }

@@ -165,7 +165,7 @@ describe('jobs', () => {
   });
 
   it('keeps a job no offer fits queued with why and its place, holding nothing; cancelling ends it', {
-    timeout: 30_000,
+    timeout: 60_000,
   }, async () => {
     const renter = await rig.renter();
     const res = await submit(renter, {
@@ -177,7 +177,7 @@ describe('jobs', () => {
     const waiting = await until(
       () => job(renter, id),
       (j) => j.reason !== 'waiting for a machine',
-      10_000,
+      30_000,
     );
     expect(waiting).toMatchObject({ state: 'queued', reason: 'no offer meets its terms now' });
     expect(waiting.queue_position).toBeGreaterThanOrEqual(1);
@@ -424,7 +424,7 @@ describe('jobs', () => {
     await until(
       () => job(renter, id),
       (j) => j.reason !== 'waiting for a machine',
-      10_000,
+      30_000,
     );
     const sessionId = await deadPlacerStarts(renter, id, ['sleep', '30'], new Date(Date.now() - 1000));
     await followJobs(rig.billing.ctx, JOBS);
@@ -481,7 +481,7 @@ describe('jobs', () => {
       await until(
         () => job(renter, id),
         (j) => j.reason !== 'waiting for a machine',
-        10_000,
+        30_000,
       );
       // Its placer wrote the attempt and started the session, then died before saying the job runs: the job stays
       // `placing` while that placer's lease lasts, and the session ends within it.

@@ -26,7 +26,7 @@ import { ForwardError, WorkloadPorts } from '../src/reach/ports.ts';
 import { startContainer } from '../src/workloads/container.ts';
 import { simulatedDevices } from '../src/workloads/devices.ts';
 import { prepareDisk, releaseDisk } from '../src/workloads/disk.ts';
-import { type Entry, entryCommand, workloadInnerPid } from '../src/workloads/entry.ts';
+import { type Entry, entryCommand } from '../src/workloads/entry.ts';
 import { running } from '../src/workloads/processes.ts';
 import { IDLE_COMMAND } from '../src/workloads/runner.ts';
 import { type Sandbox, startSandbox } from '../src/workloads/sandbox.ts';
@@ -84,8 +84,7 @@ async function idleSandbox() {
   });
   workloads.push(sandbox);
   await sandbox.ready;
-  const init = sandbox.entry.pid();
-  for (let i = 0; i < 200 && init !== null && workloadInnerPid(init) === null; i++) await sleep(10);
+  await programStarted(sandbox.entry);
   entries.set(sessionId, sandbox.entry);
   return { sandbox, sessionId, uid, workDir: disk.workDir };
 }
@@ -141,6 +140,11 @@ function credentials(pid: number) {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until the process `pid` has ended (20 s at most, however busy the machine). */
+async function gone(pid: number): Promise<void> {
+  for (const end = Date.now() + 20_000; running(pid) && Date.now() < end; ) await sleep(20);
+}
 
 /** A server on the machine's own loopback, which no workload may reach. */
 async function machineServer(): Promise<{ server: Server; port: number; accepted: () => number }> {
@@ -210,7 +214,7 @@ describe.skipIf(!isRoot)('a port of a workload, forwarded (needs root)', () => {
     expect(pid).toBeDefined();
     await w.sandbox.stop('session_ended');
     await closed;
-    for (let i = 0; i < 100 && running(pid!); i++) await sleep(20);
+    await gone(pid!);
     expect(running(pid!)).toBe(false);
     expect(forwarders(w.sessionId)).toEqual([]);
     await expect(ports.connect(w.sessionId, 8000)).rejects.toMatchObject({ reason: 'no_workload' });
@@ -264,7 +268,7 @@ describe('a port of a container workload, forwarded', () => {
       const [pid] = forwarders(sessionId);
       expect(credentials(pid!).uids).toEqual([uid, uid, uid, uid]);
       await container.stop('session_ended');
-      for (let i = 0; i < 100 && running(pid!); i++) await sleep(20);
+      await gone(pid!);
       expect(running(pid!)).toBe(false);
     },
   );
@@ -333,7 +337,7 @@ threading.Thread(target=serve, args=(8002, count)).start()
 serve(8003, first)
 `;
 
-import { SANDBOX_LIMITS } from './support/sandbox-fixtures.ts';
+import { programStarted, SANDBOX_LIMITS } from './support/sandbox-fixtures.ts';
 
 describe.skipIf(!isRoot)("through the daemon's SSH link: a direct-tcpip channel", () => {
   let relay: Awaited<ReturnType<typeof standInRelay>>;

@@ -691,7 +691,7 @@ describe('a server inside the workload, reached through the platform', () => {
     expect([1000, 1001]).toContain(await closed);
     await rawClosed;
     // Ended by the session's end (checked every 200 ms here); the bound leaves a busy machine room.
-    expect(Date.now() - endedAt).toBeLessThan(15_000);
+    expect(Date.now() - endedAt).toBeLessThan(30_000);
     expect(await portForward(r.id, 8000, r.headers)).toMatchObject({
       status: 409,
       problem: { code: 'SESSION_NOT_ACTIVE' },
@@ -873,7 +873,7 @@ describe("a browser at a workload port's own origin", () => {
     const refused = await until(
       () => atHost(link.hostname, '/', ['-H', `cookie: ${cookie}`]),
       (x) => x.status === 401,
-      15_000,
+      30_000,
     );
     expect(JSON.parse(refused.body)).toMatchObject({ code: 'PORT_SIGN_IN_REQUIRED' });
     server.close();
@@ -892,8 +892,8 @@ describe('a stream lives as long as the credential that opened it', () => {
     const revokedAt = Date.now();
     expect(await closed).toBe(1001);
     // Within a second here as a rule (a check every 500 ms, each asking the auth service); a busy machine stretches
-    // the checks, and nothing else would ever close it (a stream outlives its token): 10 s tells the two apart.
-    expect(Date.now() - revokedAt).toBeLessThan(10_000);
+    // the checks, and nothing else would ever close it (a stream outlives its token): 30 s tells the two apart.
+    expect(Date.now() - revokedAt).toBeLessThan(30_000);
     // The renter's own sign-in still opens streams.
     expect((await portForward(r.id, 8000, r.headers)).status).toBe(101);
     server.close();

@@ -414,8 +414,10 @@ describe('its disk: a filesystem of its own, bounded by the kernel', () => {
       expect(result.out).toMatch(/write [2-4] refused/);
       expect(result.err).toMatch(/No space left on device/);
       expect(result.used).toBeLessThanOrEqual(200 * MiB);
-      expect(result.stopMs).toBeLessThan(1500);
-      expect(stallMs).toBeLessThan(1000);
+      // Bounds a busy machine keeps (its writeback, this process's own work); a walk of the files would take far
+      // longer.
+      expect(result.stopMs).toBeLessThan(5000);
+      expect(stallMs).toBeLessThan(3000);
     },
     180_000,
   );
@@ -451,7 +453,7 @@ describe('its disk: a filesystem of its own, bounded by the kernel', () => {
       return filler.sandbox.ended;
     });
     expect(result).toMatchObject({ state: 'stopped', reason: 'disk_limit' });
-    expect(stallMs).toBeLessThan(1000);
+    expect(stallMs).toBeLessThan(3000);
   }, 180_000);
 
   it('with the watch, counts its /tmp with its work directory: on the disk, never memory past any allowance', async () => {

@@ -7,7 +7,7 @@ import { daemonConfigSchema } from '../../src/config.ts';
 import { gpuSource } from '../../src/gpu/source.ts';
 import { drained, startExec } from '../../src/reach/exec.ts';
 import { simulatedDevices } from '../../src/workloads/devices.ts';
-import { type Entry, entryCommand } from '../../src/workloads/entry.ts';
+import { type Entry, entryCommand, workloadInnerPid } from '../../src/workloads/entry.ts';
 
 /** The limits of the tests' sandboxes. */
 export const SANDBOX_LIMITS = {
@@ -42,4 +42,18 @@ export async function execIn(entry: Entry, argv: string[], reachDir: string, inp
   const end = await proc.ended;
   await drained(proc.stdout);
   return { ...end, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+}
+
+/**
+ * Waits until a sandbox's own program has started (bubblewrap's init's child, once bubblewrap has set its user
+ * namespace up: only then can it be entered); its first process. A busy machine may take seconds: 20 at most.
+ */
+export async function programStarted(entry: Entry): Promise<number> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const init = entry.pid();
+    if (init !== null && workloadInnerPid(init) !== null) return init;
+    if (Date.now() > deadline) throw new Error("the sandbox's program did not start within 20 s");
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }

@@ -13,10 +13,10 @@ import path from 'node:path';
 import { startExec } from '../../src/reach/exec.ts';
 import { WorkloadPorts } from '../../src/reach/ports.ts';
 import { prepareDisk, releaseDisk } from '../../src/workloads/disk.ts';
-import { entryCommand, workloadInnerPid } from '../../src/workloads/entry.ts';
+import { entryCommand } from '../../src/workloads/entry.ts';
 import { IDLE_COMMAND } from '../../src/workloads/runner.ts';
 import { startSandbox } from '../../src/workloads/sandbox.ts';
-import { execIn, SANDBOX_LIMITS, simulatedMachine } from './sandbox-fixtures.ts';
+import { execIn, programStarted, SANDBOX_LIMITS, simulatedMachine } from './sandbox-fixtures.ts';
 
 if (process.getuid?.() === 0) throw new Error('run this as a user that is not root');
 
@@ -62,9 +62,7 @@ const exec = (argv: string[], input = '') => execIn(sandbox.entry, argv, reachDi
 
 try {
   await sandbox.ready;
-  const init = sandbox.entry.kind === 'sandbox' ? sandbox.entry.pid() : null;
-  if (init === null) throw new Error('the sandbox has no first process');
-  for (let i = 0; i < 500 && workloadInnerPid(init) === null; i++) await sleep(10);
+  const init = await programStarted(sandbox.entry);
   writeFileSync(path.join(disk.workDir, 'notes.txt'), "the renter's\n");
   // The workload's own program (bwrap's init's child), as the machine sees it.
   const inner = Number(readFileSync(`/proc/${init}/task/${init}/children`, 'utf8').trim().split(/\s+/)[0]);
@@ -187,8 +185,7 @@ try {
   });
   try {
     await networked.ready;
-    const netInit = networked.entry.kind === 'sandbox' ? networked.entry.pid() : null;
-    for (let i = 0; i < 500 && netInit !== null && workloadInnerPid(netInit) === null; i++) await sleep(10);
+    await programStarted(networked.entry);
     // (A fenced address fails at once; one that is not may take long to fail: 5 s at most.)
     const probe = (host: string) =>
       `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${lanPort} && cat <&3' 2>/dev/null || echo unreachable`;
