@@ -2,7 +2,8 @@
  * A daemon that is not root reaches its workloads as a root daemon does (`gpu exec`, `gpu shell`, forwarded ports):
  * the daemon's side runs as an unprivileged user (support/unprivileged-reach.ts, started by this test as `nobody`),
  * against the real bubblewrap, nsenter and Perl. What it saw is checked here: the program entered runs in every one of
- * the workload's namespaces, as the workload's user and groups, with no capability and nothing of the daemon's; the
+ * the workload's namespaces, as the workload's user and groups, with no capability and nothing of the daemon's (a
+ * checkpoint is packed that way too); the
  * forwarder reaches the workload's loopback and never the machine's; a workload with the network gets its way out,
  * fenced from the machine's network as a root daemon's is.
  */
@@ -33,6 +34,7 @@ interface Report {
   daemon: { ns: Record<string, string>; uid: number };
   entered: { code: number; signal: string | null; out: string; err: string };
   terminal: { end: { code: number; signal: string | null }; screen: string };
+  checkpoint: string;
   forward: {
     answer: string;
     forwarder?: { net: string; uids: string; capabilities: string[]; noNewPrivs: string };
@@ -94,14 +96,15 @@ describe('a daemon that is not root', () => {
       expect(field('Groups')).toBe(r.workload.groups);
       for (const set of ['CapPrm', 'CapEff', 'CapInh', 'CapAmb']) expect(field(set)).toBe('0000000000000000');
       expect(field('NoNewPrivs')).toBe('1');
-      // No descriptor of the daemon's: not the sandbox's owning user namespace it entered through (4), nor the
-      // variables' file (3 is `ls`'s own directory).
+      // No descriptor of the daemon's: not the namespaces it entered through (4, 5), nor the variables' file (3 is
+      // `ls`'s own directory).
       const fds = lines
         .find((l) => l.startsWith('fds '))!
         .slice(4)
         .trim()
         .split(' ');
       expect(fds).not.toContain('4');
+      expect(fds).not.toContain('5');
       // The sandbox's processes alone (the machine runs hundreds), not the daemon's files, no user namespace.
       expect(Number(lines.find((l) => l.startsWith('procs '))!.slice(6))).toBeLessThan(10);
       expect(lines).toContain('no daemon file');
@@ -109,6 +112,8 @@ describe('a daemon that is not root', () => {
       // A terminal: its size, and its shell's exit status.
       expect(r.terminal.screen).toMatch(/33 101/);
       expect(r.terminal.end).toEqual({ code: 3, signal: null });
+      // A job's checkpoint, packed from inside the running workload.
+      expect(r.checkpoint).toBe('step-7\n');
       // A forwarded port: the workload's server, through a forwarder in its network namespace, as the daemon's
       // user with no capability (root of the sandbox's owning user namespace, where bubblewrap set it up, it is not).
       expect(r.forward.answer).toMatch(/^HTTP\/1\.0 200/);

@@ -1,13 +1,12 @@
 /**
  * A job's checkpoint directory (`/work/checkpoint/`, its spec's `checkpoint`) as one tar (GNU tar, the machine's):
  *
- * - **While the workload runs**, every `interval_seconds`. A container, or a sandbox of a root daemon, is entered and
- *   the tar made inside it (entry.ts: its own namespaces, user and limits), so that nothing it does to its files
- *   meanwhile (a link swapped in for a directory) makes the daemon read a file of the machine's: the daemon only
- *   receives the stream. A daemon that is not root runs its sandboxes as its own user on plain directories (disk.ts's
- *   watch) and cannot enter them: it packs the directory from its side as below, which a link swapped in cannot
- *   redirect either. A file the workload rewrites in place while it is read may be torn: a workload writes each
- *   checkpoint file whole under another name and renames it (atomic; tar keeps reading the file it opened).
+ * - **While the workload runs**, every `interval_seconds`. The workload is entered and the tar made inside it
+ *   (entry.ts: its own namespaces, user and limits), so that nothing it does to its files meanwhile (a link swapped in
+ *   for a directory) makes the daemon read a file of the machine's, and the tar's work counts against the workload's
+ *   limits: the daemon only receives the stream. A file the workload rewrites in place while it is read may be torn:
+ *   a workload writes each checkpoint file whole under another name and renames it (atomic; tar keeps reading the
+ *   file it opened).
  * - **When it ended** (or its daemon died under it: a later life does it), the tar is made from its disk
  *   (`packDirectory`): `checkpoint/` is opened once, only if it is a directory (a link there is not followed), and
  *   tar reads it through that descriptor, descending with `openat` and `O_NOFOLLOW` (GNU tar's own way): links in it
@@ -123,8 +122,7 @@ export async function packRunning(entry: Entry, dir: string, out: string, maxByt
 }
 
 /**
- * Packs `<workDir>/checkpoint/` into `out`, from the daemon's side: a workload that has ended, or a running one of a
- * daemon that is not root (as its own user). False when there is no such directory (or a link, or anything but a
+ * Packs `<workDir>/checkpoint/` into `out`, from the daemon's side: a workload that has ended. False when there is no such directory (or a link, or anything but a
  * directory, there: nothing of the machine's is read through it). Throws `CheckpointError`.
  */
 export async function packDirectory(workDir: string, out: string, maxBytes: number): Promise<boolean> {

@@ -59,7 +59,7 @@ import type { SessionTraces, TraceContext } from '../session-trace.ts';
 import { writeDurably } from '../state.ts';
 import type { RunningSession } from '../usage.ts';
 import { type CgroupPlace, cgroupPlace, type WorkloadCgroup, workloadCgroup } from './cgroups.ts';
-import { CHECKPOINT_NAME, maxCheckpointBytes, packDirectory, packRunning, unpack } from './checkpoint.ts';
+import { CHECKPOINT_NAME, maxCheckpointBytes, packRunning, unpack } from './checkpoint.ts';
 import { commandProblem } from './command.ts';
 import {
   type ContainerRuntime,
@@ -133,10 +133,10 @@ interface Running {
   /** When billing last said it. */
   paidAsked: number;
   /**
-   * A job's checkpoint: taken every `everyMs` while it runs (checkpoint.ts), from inside it when `enter` (a container,
-   * or a root daemon's sandbox), else from the daemon's side; `busy` while one is under way.
+   * A job's checkpoint: taken every `everyMs` while it runs, from inside it (checkpoint.ts); `busy` while one is under
+   * way.
    */
-  checkpoint: { everyMs: number; at: number; busy: boolean; enter: boolean } | null;
+  checkpoint: { everyMs: number; at: number; busy: boolean } | null;
 }
 
 /** How often the runner asks billing again how long each running workload is paid for. */
@@ -722,8 +722,7 @@ export class WorkloadRunner {
       void (async () => {
         try {
           const max = maxCheckpointBytes(this.limits().diskBytes);
-          if (c.enter) await packRunning(r.sandbox.entry, path.join(this.settings.run_dir, '.checkpoints'), out, max);
-          else if (!(await packDirectory(r.disk.workDir, out, max))) return;
+          await packRunning(r.sandbox.entry, path.join(this.settings.run_dir, '.checkpoints'), out, max);
           await files.keepCheckpoint(out);
         } catch (err) {
           this.deps.logger.warn({ err, session_id: sessionId }, "the job's checkpoint was not taken this time");
@@ -842,15 +841,9 @@ export class WorkloadRunner {
       shippedAt: 0,
       paidUntil,
       paidAsked: Date.now(),
-      // Taken from inside the workload while it runs where it can be entered: a container, or a sandbox of a root
-      // daemon (a daemon that is not root packs its own user's directory from its side).
+      // Taken from inside the workload while it runs (its own view, user and limits).
       checkpoint: spec.checkpoint
-        ? {
-            everyMs: spec.checkpoint.interval_seconds * 1000,
-            at: Date.now(),
-            busy: false,
-            enter: Boolean(spec.image) || uid !== undefined,
-          }
+        ? { everyMs: spec.checkpoint.interval_seconds * 1000, at: Date.now(), busy: false }
         : null,
     });
     this.deps.logger.info({ session_id: session.id, gpus: leased, pid: sandbox.pid }, 'workload running');

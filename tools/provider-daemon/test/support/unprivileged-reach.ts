@@ -1,10 +1,11 @@
 /**
  * A daemon that is not root, reaching its own workload: run by test/unprivileged-reach.test.ts as an unprivileged
  * user (never as root: it refuses). It starts an idle sandbox as the daemon's runner does for such a daemon (its own
- * user, a watched work directory), then enters it with a program (pipes and a terminal) and forwards a port of a
- * server started in it, and prints what it saw as one line of JSON. Everything it writes is under a temporary folder
+ * user, a watched work directory), then enters it with a program (pipes and a terminal), packs a checkpoint from
+ * inside it, and forwards a port of a server started in it, and prints what it saw as one line of JSON. Everything it writes is under a temporary folder
  * of its own, removed at its end.
  */
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -12,6 +13,7 @@ import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { startExec } from '../../src/reach/exec.ts';
 import { WorkloadPorts } from '../../src/reach/ports.ts';
+import { packRunning } from '../../src/workloads/checkpoint.ts';
 import { prepareDisk, releaseDisk } from '../../src/workloads/disk.ts';
 import { entryCommand } from '../../src/workloads/entry.ts';
 import { IDLE_COMMAND } from '../../src/workloads/runner.ts';
@@ -90,6 +92,12 @@ try {
     'from stdin\n',
   );
   report.entered = entered;
+
+  // A job's checkpoint while it runs: packed from inside the workload, as a root daemon packs one.
+  await exec(['sh', '-c', 'mkdir -p /work/checkpoint && echo step-7 > /work/checkpoint/state']);
+  const tar = path.join(root, 'checkpoint.tar');
+  await packRunning(sandbox.entry, reachDir, tar, 1 << 20);
+  report.checkpoint = spawnSync('tar', ['-xOf', tar, './state'], { encoding: 'utf8' }).stdout;
 
   // A terminal: its size, and the shell's exit status.
   const terminal = startExec(
