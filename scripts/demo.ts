@@ -143,8 +143,11 @@ function say(step: string, detail = '', commands: string[] = []) {
   for (const command of commands) process.stdout.write(`           $ ${command}\n`);
 }
 
-/** Polls `probe` until it returns a value (not undefined), or fails naming `what` and the probe's last error. */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+/**
+ * Polls `probe` until it returns a value (not undefined), or fails naming `what` and the probe's last error. A minute
+ * by default: it costs nothing when the value comes, and a busy machine (CI's) can be slow to carry a message along.
+ */
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let failed: string | undefined;
   for (;;) {
