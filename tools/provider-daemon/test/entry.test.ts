@@ -184,7 +184,7 @@ describe('a program entering a running workload', () => {
 
   it("never enters whatever process the kernel gave the workload's PID once it ended", async () => {
     const w = await idleWorkload();
-    const init = w.sandbox.entry.pid()!;
+    const init = w.sandbox.entry.process()!.pid;
     // A workload's first process as the daemon knows it: gone, and its PID given again, it is no longer that process.
     expect(pidWhileRunning(processRef(init))).toBe(init);
     expect(pidWhileRunning({ pid: init, start: '1' })).toBeNull();
@@ -255,7 +255,7 @@ describe("the workload's namespaces, held while its PID is known to be its own (
     });
     // A sandbox's: not the user namespace its processes are in (bubblewrap nested that one), the one it was made in.
     const w = await idleWorkload();
-    const init = w.sandbox.entry.pid()!;
+    const init = w.sandbox.entry.process()!.pid;
     const sandbox = through(init, processRef(init)!.start, held);
     expect(sandbox.status).toBe(0);
     const [owner, net] = sandbox.stdout.trim().split('\n');
@@ -301,7 +301,7 @@ describe("the workload's namespaces, held while its PID is known to be its own (
     // with a network of its own; else the machine's own (this test's node). The entering command, the PID now naming
     // that process, must refuse.
     const w = await idleWorkload();
-    const init = w.sandbox.entry.pid()!;
+    const init = w.sandbox.entry.process()!.pid;
     let other = process.pid;
     if (w.uid !== undefined) {
       const held = spawn('unshare', ['--user', '--mount', '--net', '--pid', '--fork', 'sleep', '60'], {

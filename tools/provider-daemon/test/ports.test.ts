@@ -178,7 +178,7 @@ describe.skipIf(!isRoot)('a port of a workload, forwarded (needs root)', () => {
       capabilities: Array(4).fill('0000000000000000'),
       noNewPrivs: '1',
     });
-    const inits = readlinkSync(`/proc/${w.sandbox.entry.pid()}/ns/net`);
+    const inits = readlinkSync(`/proc/${w.sandbox.entry.process()?.pid}/ns/net`);
     expect(readlinkSync(`/proc/${pid}/ns/net`)).toBe(inits);
     expect(inits).not.toBe(readlinkSync('/proc/self/ns/net'));
   });

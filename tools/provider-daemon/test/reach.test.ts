@@ -150,14 +150,14 @@ describe('a renter reaches the workload they rent', () => {
     const r = await idleSession();
     // Its sandbox still being set up (no process to enter yet) for the first five looks: the program waits for it.
     let looks = 0;
-    entering = (entry) => ({ ...entry, pid: () => (++looks <= 5 ? null : entry.pid()) });
+    entering = (entry) => ({ ...entry, process: () => (++looks <= 5 ? null : entry.process()) });
     try {
       const res = await exec(billingUrl, r.headers, r.id, ['echo', 'entered']);
       expect(res.out).toBe('entered\n');
       expect(res.status).toEqual({ metadata: {}, status: 'Success' });
       expect(looks).toBeGreaterThan(5);
       // Never enterable: after the daemon's 15 s, the renter is told, with the exit status of a program not started.
-      entering = (entry) => ({ ...entry, pid: () => null });
+      entering = (entry) => ({ ...entry, process: () => null });
       const never = await exec(billingUrl, r.headers, r.id, ['echo', 'entered']);
       expect(never.out).toBe('');
       expect(never.err).toBe('gpu: the workload is not set up yet\n');

@@ -164,7 +164,7 @@ describe("the daemon runs renters' workloads", () => {
     // did not hold would.
     const lastSync = Date.now();
     dead = true;
-    const init = first.entryOf(r.id)?.pid() ?? null;
+    const init = first.entryOf(r.id)?.process()?.pid ?? null;
     expect(init).not.toBeNull();
     const second = m.runner();
     // The next life kills it at its start: its journal noted the sandbox's first process.

@@ -30,7 +30,6 @@ import type { Duplex } from 'node:stream';
 import { relayBytes } from '@gpu/common/byte-relay';
 import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
 import { type Entry, HELPERS_PATH, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from '../workloads/entry.ts';
-import { startTimeOf } from '../workloads/processes.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
 type ForwardFailure = 'invalid' | 'no_workload' | 'refused' | 'unavailable';
@@ -258,12 +257,9 @@ export class WorkloadPorts {
     if (root !== (entry.uid !== undefined)) {
       throw new ForwardError('unavailable', 'the workload runs as another user than this daemon would reach it as');
     }
-    const pid = entry.pid();
-    const start = pid === null ? null : startTimeOf(pid);
-    if (pid === null || start === null) {
-      throw new ForwardError('no_workload', 'the workload is not set up yet, or has ended');
-    }
-    const forwarder = new Forwarder(entry, sessionId, pid, start, entry.uid);
+    const first = entry.process();
+    if (first === null) throw new ForwardError('no_workload', 'the workload is not set up yet, or has ended');
+    const forwarder = new Forwarder(entry, sessionId, first.pid, first.start, entry.uid);
     this.forwarders.set(sessionId, forwarder);
     const retire = () => {
       forwarder.kill();

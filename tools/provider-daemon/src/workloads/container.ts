@@ -377,7 +377,10 @@ export function startContainer(opts: ContainerOptions): Sandbox {
     }
     hostPid = Number((await ctr(['inspect', '--format', '{{.State.Pid}}', name])).trim());
     hostRef = processRef(hostPid);
-    if (spec.network && process.getuid?.() === 0) await fenceNetwork(hostPid);
+    if (spec.network && process.getuid?.() === 0) {
+      if (hostRef === null) throw new Error('the container ended before its network was fenced');
+      await fenceNetwork(hostRef);
+    }
     if (stopping) throw new Error('stopped before it started');
     const child = spawn(rt.path, [...rt.args, 'start', '--attach', name], {
       env: runtimeEnv(),
@@ -486,7 +489,7 @@ export function startContainer(opts: ContainerOptions): Sandbox {
       kind: 'container',
       runtime: rt,
       name,
-      pid: () => pidWhileRunning(hostRef),
+      process: () => (pidWhileRunning(hostRef) === null ? null : hostRef),
       ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
       ended,
     },

@@ -34,7 +34,7 @@
 import { randomUUID } from 'node:crypto';
 import { chownSync, mkdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { startTimeOf } from './processes.ts';
+import type { ProcessRef } from './processes.ts';
 import { containerEnv } from './runtime-env.ts';
 
 /** What the daemon knows of a running workload to enter it. */
@@ -51,10 +51,11 @@ export type Entry = (
   | { kind: 'container'; runtime: { path: string; args: readonly string[] }; name: string }
 ) & {
   /**
-   * The host PID of its first process, whose namespaces are the workload's (a sandbox's: bwrap's init in its PID
-   * namespace; a container's: its init), once set up and while it runs; null otherwise.
+   * Its first process, whose namespaces are the workload's (a sandbox's: bwrap's init in its PID namespace; a
+   * container's: its init), as itself (its PID and start time, as the daemon saw it start), once set up and while it
+   * runs; null otherwise.
    */
-  pid: () => number | null;
+  process: () => ProcessRef | null;
   /** The user ID it runs as (a root daemon's workloads: one of their own); absent: the daemon's. */
   uid?: number;
   /** Settles once the workload has ended (what was opened into it ends with it: reach/ports.ts). */
@@ -238,10 +239,10 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
       env: { PATH: HELPERS_PATH },
     };
   }
-  const init = entry.pid();
-  if (init === null) throw new EntryNotReady('the workload is not set up yet');
-  const started = startTimeOf(init);
-  if (started === null) throw new Error('the workload has ended');
+  const first = entry.process();
+  if (first === null) throw new EntryNotReady('the workload is not set up yet');
+  // Its start time as the daemon saw it start, never read again: what the wrapper and NAMESPACES_OF check.
+  const { pid: init, start: started } = first;
   const inner = workloadInnerPid(init);
   const root = process.getuid?.() === 0;
   // A root daemon's workloads run as users of their own; another's as the daemon's own user.
@@ -259,24 +260,29 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
   const program = ['/usr/bin/setpriv', '--inh-caps=-all', '--', '/bin/sh', '-c', INNER, 'sh', ...request.argv];
   // Each step runs a program of the machine's (the mount namespace, and the sandbox's root, are joined last, in the
   // same step as the workload's own user namespace and user), with no new privileges from the first. First the
-  // sandbox's owning user namespace (descriptor 4, anchored to this workload: from it no other's namespaces can be
-  // joined, whatever process holds the PID by the time nsenter opens them) and its namespaces but the mount one,
-  // where the workload's user is root: a daemon that is not root keeps its credentials (its user is that root), a
-  // root daemon takes that root's (nsenter's default there), with no group of root's. Then the mount namespace, the
-  // root and the nested user namespace, credentials kept: the same user and groups as the workload's own processes.
+  // sandbox's owning user namespace (descriptor 4, anchored to this workload), alone: a daemon that is not root keeps
+  // its credentials (its user is that namespace's root), a root daemon takes that root's (nsenter's default there),
+  // with no group of root's. From there, only this workload's namespaces can be joined, whatever process holds the
+  // PID by the time nsenter opens them (joined with the others in one step, a root daemon's nsenter would open and
+  // join those first: util-linux tries them before the user namespace). Then its namespaces but the mount one (the
+  // network one by its descriptor, 5); then the mount namespace, the root and the nested user namespace,
+  // credentials kept: the same user and groups as the workload's own processes.
   const steps = [
     'setpriv',
     ...(root ? ['--clear-groups'] : []),
     '--no-new-privs',
     '--',
     ...inOwnerNamespace(init, started),
+    ...(root ? [] : ['--preserve-credentials']),
+    '--',
+    'nsenter',
     `--target=${init}`,
     '--pid',
-    '--net',
+    `--net=${NET_FD}`,
     '--ipc',
     '--uts',
     ...(ownCgroupNamespace(init) ? ['--cgroup'] : []),
-    ...(root ? [] : ['--preserve-credentials']),
+    '--preserve-credentials',
     '--',
     '/usr/bin/nsenter',
     `--target=${init}`,

@@ -51,7 +51,7 @@ import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
 import { type Entry, inOwnerNamespace, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from './entry.ts';
-import { type ProcessRef, pidWhileRunning, processRef, running, startTimeOf } from './processes.ts';
+import { type ProcessRef, pidWhileRunning, processRef, running } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
 export interface SandboxGpu {
@@ -308,15 +308,13 @@ const FENCED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16
  * `NAMESPACES_OF` opened while the PID was the workload's). A daemon that is not root joins the sandbox's owning user
  * namespace first, as entering does: bubblewrap made the network namespace there, where the daemon's user is root.
  */
-export async function fenceNetwork(pid: number): Promise<void> {
+export async function fenceNetwork(first: ProcessRef): Promise<void> {
   const own = Object.values(networkInterfaces())
     .flat()
     .filter((a) => a && a.family === 'IPv4' && !a.internal)
     .map((a) => `${a!.address}/32`);
-  const start = startTimeOf(pid);
-  if (start === null) throw new Error('fencing failed: the workload has ended');
   const [command, ...args] = [
-    ...withNamespacesOf(pid, start),
+    ...withNamespacesOf(first.pid, first.start),
     'nsenter',
     ...(process.getuid?.() === 0 ? [] : [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials']),
     `--net=${NET_FD}`,
@@ -355,7 +353,7 @@ function resolvConf(opts: SandboxOptions): string {
  * internet and never the host's loopback services (the platform's, a database). It exits with the sandbox, or with
  * the daemon (its exit pipe closes). Resolves once it is up, after which the sandbox may start.
  */
-async function startNetwork(pid: number, block: Writable, slirp: string): Promise<{ stop(): void }> {
+async function startNetwork(first: ProcessRef, block: Writable, slirp: string): Promise<{ stop(): void }> {
   const slirpArgs = [
     '--configure',
     '--mtu=65520',
@@ -372,8 +370,7 @@ async function startNetwork(pid: number, block: Writable, slirp: string): Promis
     NET_FD,
     'tap0',
   ];
-  const start = startTimeOf(pid);
-  if (start === null) throw new Error('the sandbox ended before its network was up');
+  const { pid, start } = first;
   // A daemon that is not root starts it in the sandbox's owning user namespace, where its user is root: the network
   // namespace is that namespace's to join. A root daemon's is root's (the tap device is root's to open).
   const [command, ...args] =
@@ -394,7 +391,7 @@ async function startNetwork(pid: number, block: Writable, slirp: string): Promis
   });
   const ready = once(net.stdio[3] as Readable, 'data');
   await Promise.race([ready, failed, exited]);
-  await fenceNetwork(pid);
+  await fenceNetwork(first);
   block.end('1');
   return { stop: () => net.kill('SIGTERM') };
 }
@@ -431,8 +428,7 @@ export function workloadEnv(opts: Pick<SandboxOptions, 'spec' | 'platformEnv'> &
 /** The first process of a sandbox's workload while it runs (none for a container: its runtime has its own). */
 export function initOf(sandbox: Pick<Sandbox, 'entry'>): ProcessRef | null {
   if (sandbox.entry.kind !== 'sandbox') return null;
-  const pid = sandbox.entry.pid();
-  return pid === null ? null : processRef(pid);
+  return sandbox.entry.process();
 }
 
 /**
@@ -626,7 +622,8 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
     init = processRef(pid);
     if (spec.network) {
       try {
-        network = await startNetwork(pid, child.stdio[4] as Writable, opts.slirpPath ?? 'slirp4netns');
+        if (init === null) throw new Error('the sandbox ended before its network was up');
+        network = await startNetwork(init, child.stdio[4] as Writable, opts.slirpPath ?? 'slirp4netns');
       } catch (err) {
         failure = 'network_unavailable';
         process.emitWarning(`a workload's network did not come up: ${(err as Error).message}`);
@@ -730,7 +727,7 @@ export function startSandbox(opts: SandboxOptions): Sandbox {
 
   const entry: Entry = {
     kind: 'sandbox',
-    pid: () => pidWhileRunning(init),
+    process: () => (pidWhileRunning(init) === null ? null : init),
     ...(opts.uid !== undefined ? { uid: opts.uid } : {}),
     env: sandboxEnv(options),
     limits,

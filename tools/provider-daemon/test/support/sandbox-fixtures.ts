@@ -51,7 +51,7 @@ export async function execIn(entry: Entry, argv: string[], reachDir: string, inp
 export async function programStarted(entry: Entry): Promise<number> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    const init = entry.pid();
+    const init = entry.process()?.pid ?? null;
     if (init !== null && workloadInnerPid(init) !== null) return init;
     if (Date.now() > deadline) throw new Error("the sandbox's program did not start within 20 s");
     await new Promise((r) => setTimeout(r, 10));
