@@ -12,7 +12,7 @@ function statFields(pid: number): string[] | null {
 }
 
 /** When the process started (`/proc/<pid>/stat`'s 22nd field, in clock ticks since boot), or null when it is gone. */
-export function startTimeOf(pid: number): string | null {
+function startTimeOf(pid: number): string | null {
   return statFields(pid)?.[19] ?? null;
 }
 
