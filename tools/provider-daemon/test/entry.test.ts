@@ -304,7 +304,7 @@ describe("the workload's namespaces, held while its PID is known to be its own (
     const init = w.sandbox.entry.process()!.pid;
     let other = process.pid;
     if (w.uid !== undefined) {
-      const held = spawn('unshare', ['--user', '--mount', '--net', '--pid', '--fork', 'sleep', '60'], {
+      const held = spawn('unshare', ['--user', '--mount', '--net', '--pid', '--fork', '--kill-child', 'sleep', '60'], {
         stdio: 'ignore',
       });
       others.push(held);
