@@ -29,7 +29,8 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relayBytes } from '@gpu/common/byte-relay';
 import { destroyOnceWritten } from '@gpu/common/raw-upgrade';
-import { type Entry, HELPERS_PATH, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from '../workloads/entry.ts';
+import { type Entry, HELPERS_PATH, inWorkloadNetwork } from '../workloads/entry.ts';
+import type { ProcessRef } from '../workloads/processes.ts';
 
 /** Why a forward was refused: a malformed destination, no workload of the session here, nothing listening, or else. */
 type ForwardFailure = 'invalid' | 'no_workload' | 'refused' | 'unavailable';
@@ -102,12 +103,11 @@ class Forwarder {
   /** Whether its process ended (a later forward starts another). */
   exited = false;
 
-  /** `uid`: the workload's user (a root daemon's), or undefined for the daemon's own (`start`: the PID's start). */
+  /** `uid`: the workload's user (a root daemon's), or undefined for the daemon's own; `first`: its first process. */
   constructor(
     readonly entry: Entry,
     sessionId: string,
-    pid: number,
-    start: string,
+    first: ProcessRef,
     uid: number | undefined,
   ) {
     const forwarder = [
@@ -127,16 +127,8 @@ class Forwarder {
       uid === undefined ? '' : String(uid),
     ];
     // Its network namespace by the descriptor `NAMESPACES_OF` opened while the PID was the workload's, never by the
-    // PID (the kernel may have given it to another process by then). A daemon that is not root joins it from the
-    // sandbox's owning user namespace (descriptor 4), credentials kept.
-    const [command, ...args] = [
-      ...withNamespacesOf(pid, start),
-      'nsenter',
-      ...(uid === undefined ? [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials'] : []),
-      `--net=${NET_FD}`,
-      '--',
-      ...forwarder,
-    ];
+    // PID (the kernel may have given it to another process by then).
+    const [command, ...args] = [...inWorkloadNetwork(first), ...forwarder];
     this.child = spawn(command!, args, {
       env: { PATH: HELPERS_PATH },
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
@@ -259,7 +251,7 @@ export class WorkloadPorts {
     }
     const first = entry.process();
     if (first === null) throw new ForwardError('no_workload', 'the workload is not set up yet, or has ended');
-    const forwarder = new Forwarder(entry, sessionId, first.pid, first.start, entry.uid);
+    const forwarder = new Forwarder(entry, sessionId, first, entry.uid);
     this.forwarders.set(sessionId, forwarder);
     const retire = () => {
       forwarder.kill();

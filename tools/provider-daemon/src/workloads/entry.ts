@@ -112,7 +112,7 @@ const OPEN_ENV = 'exec 3<"$1" || exit 126; rm -f -- "$1"; shift; exec "$@"';
 const INNER = 'set -a; . /dev/fd/3; set +a; exec 3<&- 4<&- 5<&-; exec "$@"';
 
 /** Where a command started by `NAMESPACES_OF` finds the user namespace owning the workload's network namespace. */
-export const OWNER_USERNS_FD = '/proc/self/fd/4';
+const OWNER_USERNS_FD = '/proc/self/fd/4';
 /** Where a command started by `NAMESPACES_OF` finds the workload's network namespace. */
 export const NET_FD = '/proc/self/fd/5';
 
@@ -150,18 +150,27 @@ export const NAMESPACES_OF = [
   'exec { $ARGV[0] } @ARGV or do { print STDERR "gpu: $ARGV[0]: $!\\n"; exit 126 };',
 ].join('\n');
 
-/** The start of a command line given the namespaces of the process `pid` that started at `start` (`NAMESPACES_OF`). */
-export function withNamespacesOf(pid: number, start: string): string[] {
-  return ['perl', '-e', NAMESPACES_OF, String(pid), start];
+/** The start of a command line given the namespaces of the workload's first process `first` (`NAMESPACES_OF`). */
+export function withNamespacesOf(first: ProcessRef): string[] {
+  return ['perl', '-e', NAMESPACES_OF, String(first.pid), first.start];
 }
 
 /**
- * The start of a command line run in the sandbox's owning user namespace: `NAMESPACES_OF` for the process `pid`
- * that started at `start`, then `nsenter` joining that namespace; the caller adds nsenter's other options, `--`, and
- * the program.
+ * The start of a command line run in the sandbox's owning user namespace: `NAMESPACES_OF` for `first`, then `nsenter`
+ * joining that namespace; the caller adds nsenter's other options, `--`, and the program.
  */
-export function inOwnerNamespace(pid: number, start: string): string[] {
-  return [...withNamespacesOf(pid, start), 'nsenter', `--user=${OWNER_USERNS_FD}`];
+export function inOwnerNamespace(first: ProcessRef): string[] {
+  return [...withNamespacesOf(first), 'nsenter', `--user=${OWNER_USERNS_FD}`];
+}
+
+/**
+ * The start of a command line run in the network namespace of the workload's first process `first`, joined by the
+ * descriptor `NAMESPACES_OF` holds, never by its PID: a root daemon's as root, another's from the sandbox's owning user
+ * namespace (bubblewrap made the network namespace there), credentials kept. The caller adds the program.
+ */
+export function inWorkloadNetwork(first: ProcessRef): string[] {
+  const own = process.getuid?.() === 0 ? [] : [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials'];
+  return [...withNamespacesOf(first), 'nsenter', ...own, `--net=${NET_FD}`, '--'];
 }
 
 /** Whether the workload's process has a cgroup namespace of its own (bwrap makes one where the kernel lets it). */
@@ -272,7 +281,7 @@ export function entryCommand(entry: Entry, request: EntryRequest, dir: string): 
     ...(root ? ['--clear-groups'] : []),
     '--no-new-privs',
     '--',
-    ...inOwnerNamespace(init, started),
+    ...inOwnerNamespace(first),
     ...(root ? [] : ['--preserve-credentials']),
     '--',
     'nsenter',

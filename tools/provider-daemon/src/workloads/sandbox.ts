@@ -50,7 +50,7 @@ import { type WorkloadSpec, workloadSpecSchema } from '@gpu/common';
 import type { WorkloadCgroup } from './cgroups.ts';
 import type { ViewMount } from './command.ts';
 import type { SessionDisk } from './disk.ts';
-import { type Entry, inOwnerNamespace, NET_FD, OWNER_USERNS_FD, withNamespacesOf } from './entry.ts';
+import { type Entry, inOwnerNamespace, inWorkloadNetwork, NET_FD, withNamespacesOf } from './entry.ts';
 import { type ProcessRef, pidWhileRunning, processRef, running } from './processes.ts';
 
 /** A leased GPU as the sandbox gives it: its UUID and the host's device node. */
@@ -313,16 +313,7 @@ export async function fenceNetwork(first: ProcessRef): Promise<void> {
     .flat()
     .filter((a) => a && a.family === 'IPv4' && !a.internal)
     .map((a) => `${a!.address}/32`);
-  const [command, ...args] = [
-    ...withNamespacesOf(first.pid, first.start),
-    'nsenter',
-    ...(process.getuid?.() === 0 ? [] : [`--user=${OWNER_USERNS_FD}`, '--preserve-credentials']),
-    `--net=${NET_FD}`,
-    '--',
-    'ip',
-    '-batch',
-    '-',
-  ];
+  const [command, ...args] = [...inWorkloadNetwork(first), 'ip', '-batch', '-'];
   const { status, stderr } = spawnSync(command!, args, {
     input: [...FENCED, ...own].map((cidr) => `route add unreachable ${cidr}\n`).join(''),
   });
@@ -370,13 +361,12 @@ async function startNetwork(first: ProcessRef, block: Writable, slirp: string): 
     NET_FD,
     'tap0',
   ];
-  const { pid, start } = first;
   // A daemon that is not root starts it in the sandbox's owning user namespace, where its user is root: the network
   // namespace is that namespace's to join. A root daemon's is root's (the tap device is root's to open).
   const [command, ...args] =
     process.getuid?.() === 0
-      ? [...withNamespacesOf(pid, start), slirp, ...slirpArgs]
-      : [...inOwnerNamespace(pid, start), '--preserve-credentials', '--', slirp, ...slirpArgs];
+      ? [...withNamespacesOf(first), slirp, ...slirpArgs]
+      : [...inOwnerNamespace(first), '--preserve-credentials', '--', slirp, ...slirpArgs];
   // Descriptors 4 and 5 stay free: the workload's namespaces, given by `NAMESPACES_OF`.
   const net = spawn(command!, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'ignore', 'ignore', 'pipe'] });
   const failed = once(net, 'error').then(([err]) => {
